@@ -1,0 +1,41 @@
+# The README's two commands: `make test` and `make demo`.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# torch is installed first and explicitly: a bare `torch` requirement pulls a multi-GB
+# CUDA build. On this machine kind `torch==2.13.0` resolves to a CPU wheel on disk; elsewhere
+# set TORCH_PIP_ARGS (e.g. to a CPU wheel index) or pre-install torch in the venv.
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+PYTEST_ARGS ?=
+
+# The shared MNIST folder, when present, is handed to the package and tests.
+MNIST_DIR := $(abspath ../shared/data/mnist)
+ifneq ($(wildcard $(MNIST_DIR)/train-images-idx3-ubyte.gz),)
+export NEURALGRAPH_MNIST ?= $(MNIST_DIR)
+endif
+
+.PHONY: install test demo bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(PIP) install -e ".[test]"
+	@$(PY) -c "import torch_scatter" 2>/dev/null || $(PIP) install --no-build-isolation torch-scatter \
+	  || echo "WARNING: torch-scatter failed to build; neuralgraph uses native torch scatter instead."
+	@touch $@
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: install
+	$(VENV)/bin/neuralgraph demo
+
+bench: install
+	$(PY) benchmarks/speed.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,38 @@
+"""The ``neuralgraph`` command: one entry point, one module per subcommand.
+
+Each subcommand lives in ``neuralgraph/commands/<name>.py`` and exposes
+``add_arguments(parser)`` and ``run(args)``; this file only dispatches. The Lightning
+verbs (fit/validate/test/predict) are forwarded to the LightningCLI subclass.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module under neuralgraph.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("demo", "build, render and (when available) train on the embedded MNIST subset"),
+}
+LIGHTNING_VERBS = ("fit", "validate", "test", "predict")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in LIGHTNING_VERBS:
+        from neuralgraph.training.cli import run_lightning_cli
+
+        run_lightning_cli(argv)
+        return 0
+    parser = argparse.ArgumentParser(prog="neuralgraph", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(f"neuralgraph.commands.{module}").add_arguments(p)
+    args = parser.parse_args(argv)
+    return importlib.import_module(f"neuralgraph.commands.{args._module}").run(args) or 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

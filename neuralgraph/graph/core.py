@@ -1,0 +1,296 @@
+"""Parameter graphs: one node per neuron, one edge per weight (or per kernel).
+
+A network with layer widths ``layout = (d_0, d_1, ..., d_L)`` becomes a directed graph with
+``N = sum(d_l)`` nodes, ordered layer by layer, and one edge from neuron ``j`` of layer
+``l-1`` to neuron ``i`` of layer ``l`` for every weight ``W_l[i, j]``. Edges of one layer are
+ordered row-major over ``(i, j)``, so that ``edge_attr`` of layer ``l`` is ``W_l.flatten()``.
+
+Per graph, a PyG ``Data`` holds:
+
+=============  ============  ==============================================================
+field          shape         meaning
+=============  ============  ==============================================================
+``x``          ``[N, 1]``    bias of the neuron (0 for input neurons, which have none)
+``edge_index`` ``[2, E]``    ``(source in layer l-1, target in layer l)``
+``edge_attr``  ``[E, F]``    the weight (``F = 1`` for MLPs; kernels/flatten blocks padded)
+``node_layer`` ``[N]``       layer ``l`` of the neuron, ``0`` for inputs
+``node_index`` ``[N]``       position of the neuron within its layer
+``edge_layer`` ``[E]``       ``l - 1`` for an edge into layer ``l`` (index of the weight)
+``node_type``  ``[N]``       positional type: input ``j`` -> ``j``; hidden layer ``l`` ->
+                             ``d_0 + l - 1``; output ``i`` -> ``d_0 + L - 1 + i``
+``layout``     tuple         ``(d_0, ..., d_L)``
+=============  ============  ==============================================================
+
+Input and output neurons each get their own type because their order carries meaning; hidden
+neurons of a layer share one type because they may be permuted freely.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Batch, Data
+
+Layout = tuple[int, ...]
+Graph = Union[Data, Batch]
+
+NODE_FIELDS = ("x", "node_layer", "node_index", "node_type")
+EDGE_FIELDS = ("edge_attr", "edge_layer")
+
+
+class GraphConversionError(ValueError):
+    """A network or graph that cannot be converted; the message names the layer or key."""
+
+
+class ParameterGraph(Data):
+    """``Data`` whose ``node_index`` is a position within a layer, not a node id.
+
+    PyG offsets every attribute whose name contains ``index`` by the node count when batching;
+    ``node_index`` must stay as it is.
+    """
+
+    def __inc__(self, key, value, *args, **kwargs):
+        if key == "node_index":
+            return 0
+        return super().__inc__(key, value, *args, **kwargs)
+
+    def __cat_dim__(self, key, value, *args, **kwargs):
+        if key == "node_index":
+            return 0
+        return super().__cat_dim__(key, value, *args, **kwargs)
+
+
+@lru_cache(maxsize=64)
+def _structure(layout: Layout) -> dict[str, Tensor]:
+    """Index tensors shared by every graph of ``layout`` (cached, CPU)."""
+    sizes = torch.tensor(layout)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+    num_layers = len(layout) - 1
+    node_layer = torch.repeat_interleave(torch.arange(len(layout)), sizes)
+    node_index = torch.cat([torch.arange(d) for d in layout])
+    d0, dL = layout[0], layout[-1]
+    node_type = torch.cat(
+        [torch.arange(d0)]
+        + [torch.full((d,), d0 + l - 1) for l, d in enumerate(layout[1:-1], start=1)]
+        + [d0 + num_layers - 1 + torch.arange(dL)]
+    )
+    src, dst, edge_layer = [], [], []
+    for l in range(1, len(layout)):
+        d_in, d_out = layout[l - 1], layout[l]
+        i = torch.arange(d_out).repeat_interleave(d_in)
+        j = torch.arange(d_in).repeat(d_out)
+        src.append(offsets[l - 1] + j)
+        dst.append(offsets[l] + i)
+        edge_layer.append(torch.full((d_in * d_out,), l - 1))
+    return {
+        "edge_index": torch.stack([torch.cat(src), torch.cat(dst)]),
+        "node_layer": node_layer,
+        "node_index": node_index,
+        "node_type": node_type,
+        "edge_layer": torch.cat(edge_layer),
+    }
+
+
+def num_node_types(layout: Layout) -> int:
+    """Number of distinct ``node_type`` values of ``layout``."""
+    return layout[0] + len(layout) - 2 + layout[-1]
+
+
+def _check_blocks(weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]]) -> tuple[Layout, Optional[int]]:
+    """Validate edge-feature blocks ``[(B,) d_out, d_in, f]``; return the layout and batch size."""
+    if len(weights) == 0:
+        raise GraphConversionError("no layers given: expected at least one weight matrix")
+    if len(biases) != len(weights):
+        raise GraphConversionError(f"got {len(weights)} weight tensors but {len(biases)} bias tensors")
+    batched = weights[0].dim() == 4
+    batch_size = weights[0].shape[0] if batched else None
+    layout = [weights[0].shape[-2]]
+    for l, (w, b) in enumerate(zip(weights, biases), start=1):
+        if not isinstance(w, Tensor):
+            raise GraphConversionError(f"layer {l}: weight is {type(w).__name__}, expected a tensor")
+        if w.dim() != (4 if batched else 3):
+            raise GraphConversionError(
+                f"layer {l}: weight has {w.dim() - 1} dims, expected {'[B, d_out, d_in]' if batched else '[d_out, d_in]'}"
+                " like layer 1"
+            )
+        if batched and w.shape[0] != batch_size:
+            raise GraphConversionError(f"layer {l}: batch size {w.shape[0]} differs from layer 1's {batch_size}")
+        d_out, d_in = w.shape[-3], w.shape[-2]
+        if d_in != layout[-1]:
+            raise GraphConversionError(
+                f"layer {l}: weight expects {d_in} inputs but layer {l - 1} has {layout[-1]} outputs"
+            )
+        if b is None:
+            raise GraphConversionError(f"layer {l}: bias is missing (pass zeros for a bias-free layer)")
+        expected = (batch_size, d_out) if batched else (d_out,)
+        if tuple(b.shape) != expected:
+            raise GraphConversionError(f"layer {l}: bias has shape {tuple(b.shape)}, expected {expected}")
+        if b.dtype != w.dtype:
+            raise GraphConversionError(f"layer {l}: bias dtype {b.dtype} differs from weight dtype {w.dtype}")
+        if w.dtype != weights[0].dtype:
+            raise GraphConversionError(f"layer {l}: dtype {w.dtype} differs from layer 1's {weights[0].dtype}")
+        for name, t in (("weight", w), ("bias", b)):
+            if not torch.isfinite(t).all():
+                raise GraphConversionError(f"layer {l}: {name} contains NaN or infinite values")
+        layout.append(d_out)
+    return tuple(int(d) for d in layout), batch_size
+
+
+def blocks_to_graph(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> Graph:
+    """Build the graph of one network (or a batch of one layout) from edge-feature blocks.
+
+    ``weights[l]`` is ``[(B,) d_out, d_in, f_l]``: the ``f_l`` features of each edge (1 for a
+    linear layer, ``kh * kw`` for a convolution). Features are zero-padded to ``F = max f_l``.
+    This is the one constructor behind :func:`mlp_to_graph` and ``module_to_graph``.
+    """
+    layout, batch_size = _check_blocks(weights, biases)
+    single = batch_size is None
+    if single:
+        weights = [w.unsqueeze(0) for w in weights]
+        biases = [b.unsqueeze(0) for b in biases]
+        batch_size = 1
+    B = batch_size
+    ref = weights[0]
+    width = max(w.shape[-1] for w in weights)
+    edge_attr = torch.cat(
+        [torch.nn.functional.pad(w, (0, width - w.shape[-1])).reshape(B, -1, width) for w in weights], dim=1
+    ).reshape(-1, width)
+    x = torch.cat([ref.new_zeros(B, layout[0])] + list(biases), dim=1).reshape(-1, 1)
+    struct = {k: v.to(ref.device) for k, v in _structure(layout).items()}
+    if single:
+        return ParameterGraph(x=x, edge_attr=edge_attr, layout=layout, **struct)
+    return _batch_of_one_layout(x, edge_attr, struct, layout, B)
+
+
+def _batch_of_one_layout(x: Tensor, edge_attr: Tensor, struct: dict[str, Tensor], layout: Layout, B: int) -> Batch:
+    """Assemble a ``Batch`` of ``B`` graphs of one layout with a few tensor ops.
+
+    The slicing bookkeeping (``_slice_dict``/``_inc_dict``) is filled exactly as
+    ``Batch.from_data_list`` would, so ``to_data_list``, ``get_example`` and indexing work.
+    """
+    device = x.device
+    N, E = len(struct["node_layer"]), struct["edge_index"].shape[1]
+    graph_ids = torch.arange(B, device=device)
+    edge_index = (struct["edge_index"].unsqueeze(1) + (graph_ids * N).view(1, B, 1)).reshape(2, -1)
+    batch = Batch(
+        _base_cls=ParameterGraph,
+        x=x,
+        edge_index=edge_index,
+        edge_attr=edge_attr,
+        layout=[layout] * B,
+        batch=graph_ids.repeat_interleave(N),
+        ptr=torch.arange(B + 1, device=device) * N,
+        **{k: struct[k].repeat(B) for k in ("node_layer", "node_index", "node_type", "edge_layer")},
+    )
+    node_slices = torch.arange(B + 1) * N
+    edge_slices = torch.arange(B + 1) * E
+    zeros = torch.zeros(B, dtype=torch.long)
+    batch._slice_dict = {
+        **{k: node_slices for k in NODE_FIELDS},
+        **{k: edge_slices for k in EDGE_FIELDS + ("edge_index",)},
+        "layout": torch.arange(B + 1),
+    }
+    batch._inc_dict = {
+        **{k: zeros for k in NODE_FIELDS + EDGE_FIELDS},
+        "edge_index": torch.arange(B) * N,
+        "layout": None,
+    }
+    batch._num_graphs = B
+    return batch
+
+
+def mlp_to_graph(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> Graph:
+    """Parameter graph of an MLP given in ``nn.Linear`` convention.
+
+    Args:
+        weights: per layer ``[d_out, d_in]``, or ``[B, d_out, d_in]`` for a batch of ``B``
+            networks of one layout.
+        biases: per layer ``[d_out]`` (or ``[B, d_out]``); every layer needs one.
+
+    Returns:
+        a ``Data`` for one network, a ``Batch`` of ``B`` graphs for batched input (built with
+        a few tensor ops, no Python loop over networks). Mixed layouts are batched with
+        ``Batch.from_data_list`` on single graphs.
+    """
+    for l, w in enumerate(weights, start=1):
+        if not isinstance(w, Tensor) or w.dim() not in (2, 3):
+            shape = tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__
+            raise GraphConversionError(f"layer {l}: weight {shape} is not [d_out, d_in] or [B, d_out, d_in]")
+    return blocks_to_graph([w.unsqueeze(-1) for w in weights], biases)
+
+
+def graph_layouts(graph: Graph) -> list[Layout]:
+    """Layouts of the graphs in ``graph`` (one entry for a ``Data``)."""
+    layout = graph.layout
+    if isinstance(graph, Batch):
+        return [tuple(l) for l in layout]
+    return [tuple(layout)]
+
+
+def common_layout(graph: Graph) -> Layout:
+    """The single layout shared by every graph in ``graph``; error on a mixed batch."""
+    layouts = graph_layouts(graph)
+    distinct = sorted(set(layouts))
+    if len(distinct) != 1:
+        raise GraphConversionError(
+            f"batch mixes layouts {distinct}; convert each graph of batch.to_data_list() separately"
+        )
+    return distinct[0]
+
+
+def graph_to_blocks(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
+    """Inverse of :func:`blocks_to_graph`: per layer ``[B, d_out, d_in, F]`` and ``[B, d_out]``.
+
+    Works from ``node_layer``/``node_index``/``edge_index`` rather than the storage order, so
+    a graph whose nodes or edges were relabelled still decodes to the right matrices.
+    """
+    layout = common_layout(graph)
+    B = graph.num_graphs if isinstance(graph, Batch) else 1
+    node_graph = graph.batch if isinstance(graph, Batch) else torch.zeros(graph.num_nodes, dtype=torch.long)
+    node_graph = node_graph.to(graph.x.device)
+    src, dst = graph.edge_index
+    edge_graph, i_all, j_all = node_graph[dst], graph.node_index[dst], graph.node_index[src]
+    weights, biases = [], []
+    for l in range(1, len(layout)):
+        d_in, d_out = layout[l - 1], layout[l]
+        mask = graph.edge_layer == l - 1
+        found = int(mask.sum())
+        if found != B * d_out * d_in:
+            raise GraphConversionError(
+                f"layer {l}: expected {B * d_out * d_in} edges ({B} x {d_out} x {d_in}), found {found}"
+            )
+        b_idx, i, j = edge_graph[mask], i_all[mask], j_all[mask]
+        hits = torch.zeros(B, d_out, d_in, dtype=torch.long, device=graph.x.device)
+        hits.index_put_((b_idx, i, j), torch.ones_like(i), accumulate=True)
+        if not bool((hits == 1).all()):
+            raise GraphConversionError(f"layer {l}: some weights have duplicate or missing edges")
+        w = graph.edge_attr.new_zeros(B, d_out, d_in, graph.edge_attr.shape[1])
+        w[b_idx, i, j] = graph.edge_attr[mask]
+        node_mask = graph.node_layer == l
+        b = graph.x.new_zeros(B, d_out)
+        b[node_graph[node_mask], graph.node_index[node_mask]] = graph.x[node_mask, 0]
+        weights.append(w)
+        biases.append(b)
+    return weights, biases
+
+
+def graph_to_mlp(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
+    """Exact (bitwise) inverse of :func:`mlp_to_graph`.
+
+    Returns per-layer weights ``[d_out, d_in]`` and biases ``[d_out]`` for a ``Data``, or
+    ``[B, d_out, d_in]`` and ``[B, d_out]`` for a ``Batch`` of one layout. Input neurons
+    carry no bias and are skipped: the bias of layer ``l`` is read from the nodes of layer
+    ``l``, never from node 0.
+    """
+    if graph.edge_attr.dim() != 2 or graph.edge_attr.shape[1] != 1:
+        raise GraphConversionError(
+            f"edge_attr has {graph.edge_attr.shape[-1]} features per edge: not an MLP graph "
+            "(use graph_to_module with a template for convolutional graphs)"
+        )
+    weights, biases = graph_to_blocks(graph)
+    weights = [w.squeeze(-1) for w in weights]
+    if not isinstance(graph, Batch):
+        return [w[0] for w in weights], [b[0] for b in biases]
+    return weights, biases
