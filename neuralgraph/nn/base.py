@@ -1,0 +1,173 @@
+"""The base every metanetwork builds on, and the edge update several of them share.
+
+A :class:`Metanet` owns a :class:`~neuralgraph.nn.encoder.GraphEncoder` and a stack of
+:class:`MetanetLayer` s; ``forward(graph)`` returns node features ``[N, hidden_dim]`` and edge
+features ``[E, hidden_dim]`` whose rows align with ``graph.x`` and ``graph.edge_attr``. Heads
+(:mod:`neuralgraph.nn.heads`) turn those into a prediction or into new weights.
+
+An architecture declares the permutation group it respects in ``symmetry``:
+
+* ``"hidden"``: permutations of hidden neurons (the function-preserving symmetries). Input
+  and output neurons get their own positional embeddings.
+* ``"np"``: also permutations of input and output neurons (NFN's NP group); the encoder then
+  only sees layer embeddings.
+"""
+from __future__ import annotations
+
+import abc
+from typing import ClassVar, Optional
+
+from torch import Tensor, nn
+
+from neuralgraph.graph.core import Graph
+from neuralgraph.nn.encoder import MAX_LAYERS, MAX_NODE_TYPES, EncodedGraph, GraphEncoder
+
+SYMMETRIES = ("hidden", "np")
+
+
+class MetanetLayer(nn.Module, abc.ABC):
+    """One layer of a metanetwork: updates node and edge features on the encoded graph."""
+
+    @abc.abstractmethod
+    def reset_parameters(self) -> None:
+        """Re-initialise every parameter of the layer."""
+
+    @abc.abstractmethod
+    def forward(self, node: Tensor, edge: Tensor, encoded: EncodedGraph) -> tuple[Tensor, Tensor]:
+        """Return updated ``(node [N, d], edge [E or 2E, d])``."""
+
+
+class Metanet(nn.Module):
+    """Base of every architecture: encoder, then ``self.layers`` applied in order.
+
+    Subclasses fill ``self.layers`` with :class:`MetanetLayer` s in their constructor (or
+    override :meth:`forward` when their layers do not run on the graph one by one).
+
+    Args:
+        hidden_dim: width of node and edge features.
+        num_layers: number of layers.
+        dropout: dropout probability inside the layers.
+        edge_features, positional, fourier_features, fourier_scale, max_layers,
+        max_node_types: options of :class:`~neuralgraph.nn.encoder.GraphEncoder`.
+            ``positional`` defaults to ``"neuron"``, or ``"layer"`` for ``symmetry = "np"``.
+    """
+
+    name: ClassVar[str] = ""  # set by register_metanet
+    symmetry: ClassVar[str] = "hidden"
+    uses_reverse_edges: ClassVar[bool] = False
+    # Constructor argument that hidden_dim must be a multiple of (e.g. "num_heads"), if any.
+    hidden_dim_multiple_of: ClassVar[Optional[str]] = None
+
+    def __init__(
+        self,
+        hidden_dim: int,
+        num_layers: int,
+        dropout: float = 0.0,
+        *,
+        edge_features: int = 1,
+        positional: Optional[str] = None,
+        fourier_features: int = 0,
+        fourier_scale: float = 10.0,
+        max_layers: int = MAX_LAYERS,
+        max_node_types: int = MAX_NODE_TYPES,
+    ):
+        super().__init__()
+        if self.symmetry not in SYMMETRIES:
+            raise ValueError(f"{type(self).__name__}.symmetry={self.symmetry!r}: expected one of {SYMMETRIES}")
+        if positional is None:
+            positional = "layer" if self.symmetry == "np" else "neuron"
+        if self.symmetry == "np" and positional != "layer":
+            raise ValueError(
+                f"{type(self).__name__} is equivariant to input/output permutations (symmetry='np'): "
+                f"positional={positional!r} would break that; use positional='layer'"
+            )
+        if hidden_dim < 1 or num_layers < 0:
+            raise ValueError(f"hidden_dim={hidden_dim} must be >= 1 and num_layers={num_layers} >= 0")
+        self.hidden_dim = hidden_dim
+        self.num_layers = num_layers
+        self.dropout = dropout
+        self.encoder = GraphEncoder(
+            hidden_dim,
+            edge_features=edge_features,
+            positional=positional,
+            reverse_edges=self.uses_reverse_edges,
+            fourier_features=fourier_features,
+            fourier_scale=fourier_scale,
+            max_layers=max_layers,
+            max_node_types=max_node_types,
+        )
+        self.layers = nn.ModuleList()
+
+    def reset_parameters(self) -> None:
+        self.encoder.reset_parameters()
+        for layer in self.layers:
+            layer.reset_parameters()
+
+    def forward(self, graph: Graph) -> tuple[Tensor, Tensor]:
+        """Node features ``[N, hidden_dim]`` and edge features ``[E, hidden_dim]`` of ``graph``."""
+        encoded = self.encoder(graph)
+        node, edge = encoded.node, encoded.edge
+        for layer in self.layers:
+            node, edge = layer(node, edge, encoded)
+        return node, edge[: encoded.num_edges]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(hidden_dim={self.hidden_dim}, num_layers={self.num_layers}, "
+            f"dropout={self.dropout}, symmetry={self.symmetry!r}, positional={self.encoder.positional!r})"
+        )
+
+
+class ResidualNorm(nn.Module):
+    r"""Post-norm residual: :math:`h' = \mathrm{LayerNorm}(h + \mathrm{Dropout}(\Delta h))`."""
+
+    def __init__(self, hidden_dim: int, dropout: float = 0.0):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden_dim)
+        self.dropout = nn.Dropout(dropout)
+
+    def reset_parameters(self) -> None:
+        self.norm.reset_parameters()
+
+    def forward(self, h: Tensor, delta: Tensor) -> Tensor:
+        return self.norm(h + self.dropout(delta))
+
+
+class EdgeUpdate(nn.Module):
+    r"""Edge update from the edge and both endpoints (and, optionally, the opposite edge).
+
+    .. math::
+        e_{ij}' = \mathrm{LN}\big(e_{ij} + \mathrm{Dropout}(W_2\,\mathrm{SiLU}(
+            W_e e_{ij} + W_s x_j + W_t x_i\,[+\,W_r e_{ji}]))\big)
+
+    for the edge ``j -> i``. The concatenation ``[e_ij, x_j, x_i]`` goes through one linear map,
+    computed as a sum of per-part maps so that node terms are projected once per node, not
+    once per edge.
+    """
+
+    def __init__(self, hidden_dim: int, dropout: float = 0.0, with_reverse: bool = False):
+        super().__init__()
+        self.with_reverse = with_reverse
+        self.edge_lin = nn.Linear(hidden_dim, hidden_dim)
+        self.source_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
+        self.target_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
+        self.reverse_lin = nn.Linear(hidden_dim, hidden_dim, bias=False) if with_reverse else None
+        self.out_lin = nn.Linear(hidden_dim, hidden_dim)
+        self.residual = ResidualNorm(hidden_dim, dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for lin in (self.edge_lin, self.source_lin, self.target_lin, self.reverse_lin, self.out_lin):
+            if lin is not None:
+                lin.reset_parameters()
+        self.residual.reset_parameters()
+
+    def forward(self, node: Tensor, edge: Tensor, edge_index: Tensor, partner: Optional[Tensor] = None) -> Tensor:
+        """``partner[k]`` is the index of edge ``k``'s opposite (needed iff ``with_reverse``)."""
+        if self.with_reverse != (partner is not None):
+            raise ValueError(f"EdgeUpdate(with_reverse={self.with_reverse}) needs partner {'' if self.with_reverse else 'not '}given")
+        src, dst = edge_index
+        hidden = self.edge_lin(edge) + self.source_lin(node)[src] + self.target_lin(node)[dst]
+        if self.reverse_lin is not None:
+            hidden = hidden + self.reverse_lin(edge)[partner]
+        return self.residual(edge, self.out_lin(nn.functional.silu(hidden)))

@@ -1,0 +1,35 @@
+"""Metanetworks by name: ``@register_metanet("gmn")`` on a class, ``build_metanet("gmn", **cfg)``."""
+from __future__ import annotations
+
+from typing import Callable
+
+from neuralgraph.nn.base import Metanet
+
+METANETS: dict[str, type[Metanet]] = {}
+
+
+def register_metanet(name: str) -> Callable[[type[Metanet]], type[Metanet]]:
+    """Class decorator adding a :class:`Metanet` subclass to :data:`METANETS` under ``name``."""
+
+    def decorator(cls: type[Metanet]) -> type[Metanet]:
+        if not (isinstance(cls, type) and issubclass(cls, Metanet)):
+            raise TypeError(f"@register_metanet({name!r}) decorates {cls!r}, which is not a Metanet subclass")
+        if name in METANETS and METANETS[name] is not cls:
+            raise ValueError(f"metanet name {name!r} is already taken by {METANETS[name].__qualname__}")
+        cls.name = name
+        METANETS[name] = cls
+        return cls
+
+    return decorator
+
+
+def metanet_class(name: str) -> type[Metanet]:
+    """The class registered as ``name``; ValueError listing the known names otherwise."""
+    if name not in METANETS:
+        raise ValueError(f"unknown metanet {name!r}; known: {sorted(METANETS)}")
+    return METANETS[name]
+
+
+def build_metanet(name: str, **cfg) -> Metanet:
+    """Instantiate the metanetwork registered as ``name`` with constructor arguments ``cfg``."""
+    return metanet_class(name)(**cfg)
