@@ -25,6 +25,12 @@ from neuralgraph.nn.encoder import MAX_LAYERS, MAX_NODE_TYPES, EncodedGraph, Gra
 SYMMETRIES = ("hidden", "np")
 
 
+def check_heads(hidden_dim: int, num_heads: int) -> None:
+    """Attention splits ``hidden_dim`` channels evenly over ``num_heads`` heads."""
+    if num_heads < 1 or hidden_dim % num_heads:
+        raise ValueError(f"hidden_dim={hidden_dim} must be a positive multiple of num_heads={num_heads}")
+
+
 class MetanetLayer(nn.Module, abc.ABC):
     """One layer of a metanetwork: updates node and edge features on the encoded graph."""
 
@@ -171,3 +177,42 @@ class EdgeUpdate(nn.Module):
         if self.reverse_lin is not None:
             hidden = hidden + self.reverse_lin(edge)[partner]
         return self.residual(edge, self.out_lin(nn.functional.silu(hidden)))
+
+
+class FiLM(nn.Module):
+    r"""Feature-wise modulation of ``h`` by a conditioning ``c``: :math:`\gamma(c) \odot h + \beta(c)`.
+
+    ``[gamma, beta] = W c + b``; used to let edge features (the weights) scale and shift the
+    messages that travel along them.
+    """
+
+    def __init__(self, hidden_dim: int):
+        super().__init__()
+        self.lin = nn.Linear(hidden_dim, 2 * hidden_dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin.reset_parameters()
+
+    def forward(self, h: Tensor, condition: Tensor) -> Tensor:
+        gamma, beta = self.lin(condition).chunk(2, dim=-1)
+        return gamma * h + beta
+
+
+class FeedForward(nn.Module):
+    r"""Transformer feed-forward block: :math:`x' = \mathrm{LN}(x + \mathrm{Dropout}(W_2\,\mathrm{SiLU}(W_1 x)))`."""
+
+    def __init__(self, hidden_dim: int, dropout: float = 0.0, expansion: int = 2):
+        super().__init__()
+        self.lin1 = nn.Linear(hidden_dim, expansion * hidden_dim)
+        self.lin2 = nn.Linear(expansion * hidden_dim, hidden_dim)
+        self.residual = ResidualNorm(hidden_dim, dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.lin1.reset_parameters()
+        self.lin2.reset_parameters()
+        self.residual.reset_parameters()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.residual(x, self.lin2(nn.functional.silu(self.lin1(x))))

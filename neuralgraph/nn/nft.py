@@ -1,0 +1,87 @@
+"""Neural Functional Transformer (NFT, Zhou et al. 2023) on parameter graphs: attention among the
+neurons of each layer, interleaved with exchanges along the weights between layers."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.utils import to_dense_batch
+
+from neuralgraph.nn.base import EdgeUpdate, FeedForward, Metanet, MetanetLayer, ResidualNorm, check_heads
+from neuralgraph.nn.encoder import EncodedGraph, node_graph_index
+from neuralgraph.nn.registry import register_metanet
+from neuralgraph.scatter import scatter
+
+
+def layer_groups(encoded: EncodedGraph) -> Tensor:
+    """Consecutive id of each node's ``(graph, layer)`` group."""
+    graph = encoded.graph
+    key = node_graph_index(graph) * (int(graph.node_layer.max()) + 1) + graph.node_layer
+    return torch.unique(key, return_inverse=True)[1]
+
+
+class NeuronAttentionLayer(MetanetLayer):
+    r"""One NFT layer: weights -> neurons, self-attention within each layer, neurons -> weights.
+
+    .. math::
+        x_i &\leftarrow \mathrm{LN}\big(x_i + \mathrm{Dropout}(W_2\,\mathrm{SiLU}(W_x x_i
+              + U_{in} \operatorname{mean}_{j \to i} e_{ij} + U_{out} \operatorname{mean}_{i \to k} e_{ki}))\big) \\
+        x_i &\leftarrow \mathrm{LN}\big(x_i + \mathrm{Dropout}(\mathrm{MHA}(x_i, \{x_j : j \in G(i)\}))\big),
+              \quad x_i \leftarrow \mathrm{FFN}(x_i) \\
+        e_{ij} &\leftarrow \mathrm{EdgeUpdate}(e_{ij}, x_j, x_i)
+
+    :math:`G(i)` is the set of neurons in the same layer of the same graph. Attention runs on
+    groups padded to the largest layer (``[groups, width, width]`` scores, never ``N x N``
+    across the batch), with padding masked out. Hidden neurons of a layer share their
+    positional embedding, so attention among them is equivariant to their permutations.
+    """
+
+    def __init__(self, hidden_dim: int, num_heads: int = 4, dropout: float = 0.0):
+        super().__init__()
+        check_heads(hidden_dim, num_heads)
+        self.node_lin = nn.Linear(hidden_dim, hidden_dim)
+        self.incoming_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
+        self.outgoing_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
+        self.exchange_out = nn.Linear(hidden_dim, hidden_dim)
+        self.exchange_residual = ResidualNorm(hidden_dim, dropout)
+        self.attention = nn.MultiheadAttention(hidden_dim, num_heads, dropout=dropout, batch_first=True)
+        self.attention_residual = ResidualNorm(hidden_dim, dropout)
+        self.feedforward = FeedForward(hidden_dim, dropout)
+        self.edge_update = EdgeUpdate(hidden_dim, dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for lin in (self.node_lin, self.incoming_lin, self.outgoing_lin, self.exchange_out):
+            lin.reset_parameters()
+        self.attention._reset_parameters()
+        for module in (self.exchange_residual, self.attention_residual, self.feedforward, self.edge_update):
+            module.reset_parameters()
+
+    def forward(self, node: Tensor, edge: Tensor, encoded: EncodedGraph) -> tuple[Tensor, Tensor]:
+        src, dst = encoded.edge_index
+        num_nodes = node.shape[0]
+        incoming = scatter(edge, dst, 0, num_nodes, "mean")
+        outgoing = scatter(edge, src, 0, num_nodes, "mean")
+        hidden = self.node_lin(node) + self.incoming_lin(incoming) + self.outgoing_lin(outgoing)
+        node = self.exchange_residual(node, self.exchange_out(nn.functional.silu(hidden)))
+
+        groups = layer_groups(encoded)
+        order = torch.argsort(groups, stable=True)
+        dense, mask = to_dense_batch(node[order], groups[order])  # [G, width, d]
+        attended, _ = self.attention(dense, dense, dense, key_padding_mask=~mask, need_weights=False)
+        attended_nodes = torch.empty_like(node)
+        attended_nodes[order] = attended[mask]
+        node = self.feedforward(self.attention_residual(node, attended_nodes))
+        return node, self.edge_update(node, edge, encoded.edge_index)
+
+
+@register_metanet("nft")
+class NFT(Metanet):
+    """Neural Functional Transformer: a stack of :class:`NeuronAttentionLayer` s."""
+
+    hidden_dim_multiple_of = "num_heads"
+
+    def __init__(
+        self, hidden_dim: int = 64, num_layers: int = 4, dropout: float = 0.0, num_heads: int = 4, **encoder_options
+    ):
+        super().__init__(hidden_dim, num_layers, dropout, **encoder_options)
+        self.layers.extend(NeuronAttentionLayer(hidden_dim, num_heads, dropout) for _ in range(num_layers))

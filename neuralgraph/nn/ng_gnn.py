@@ -1,0 +1,94 @@
+"""Neural Graphs GNN (NG-GNN, Kofinas et al. 2024): PNA message passing with FiLM-modulated messages."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn.aggr import DegreeScalerAggregation
+from torch_geometric.utils import degree
+
+from neuralgraph.graph.core import Layout, mlp_to_graph
+from neuralgraph.nn.base import EdgeUpdate, FiLM, Metanet, MetanetLayer, ResidualNorm
+from neuralgraph.nn.encoder import EncodedGraph, reverse_edge_partner
+from neuralgraph.nn.registry import register_metanet
+
+AGGREGATORS = ("mean", "min", "max", "std")
+SCALERS = ("identity", "amplification", "attenuation")
+
+
+def degree_histogram(layout: Layout) -> Tensor:
+    """Histogram of node degrees in the parameter graph of ``layout`` with reverse edges.
+
+    PNA's degree scalers normalise by the average log-degree of the training graphs; a
+    representative layout fixes it.
+    """
+    weights = [torch.zeros(d_out, d_in) for d_in, d_out in zip(layout[:-1], layout[1:])]
+    graph = mlp_to_graph(weights, [torch.zeros(d) for d in layout[1:]])
+    deg = degree(graph.edge_index.flatten(), num_nodes=graph.num_nodes, dtype=torch.long)
+    return torch.bincount(deg)
+
+
+class NGGNNLayer(MetanetLayer):
+    r"""PNA layer on the parameter graph with reverse edges (``2E`` edges, ``k``: ``j -> i``).
+
+    .. math::
+        m_k &= \gamma(e_k) \odot (W_s x_j + W_t x_i) + \beta(e_k) \\
+        a_i &= \big[\,s(\deg_i)\,\cdot\,\mathrm{agg}_{k \to i}\, m_k\,\big]_{
+            \mathrm{agg} \in \{\mathrm{mean}, \min, \max, \mathrm{std}\},\
+            s \in \{1, \mathrm{amp}, \mathrm{att}\}} \\
+        x_i' &= \mathrm{LN}\big(x_i + \mathrm{Dropout}(W_2\,\mathrm{SiLU}(W_1 [x_i, a_i]))\big) \\
+        e_k' &= \mathrm{EdgeUpdate}(e_k, e_{\bar k}, x_j', x_i')
+
+    where :math:`[\gamma, \beta]` is the FiLM of the edge and :math:`\bar k` is the opposite
+    edge. Aggregations and degree scalers are PyG's ``DegreeScalerAggregation``.
+    """
+
+    def __init__(self, hidden_dim: int, deg: Tensor, dropout: float = 0.0):
+        super().__init__()
+        self.source_lin = nn.Linear(hidden_dim, hidden_dim)
+        self.target_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
+        self.film = FiLM(hidden_dim)
+        self.aggregate = DegreeScalerAggregation(list(AGGREGATORS), list(SCALERS), deg)
+        self.update = nn.Linear((1 + len(AGGREGATORS) * len(SCALERS)) * hidden_dim, hidden_dim)
+        self.out = nn.Linear(hidden_dim, hidden_dim)
+        self.residual = ResidualNorm(hidden_dim, dropout)
+        self.edge_update = EdgeUpdate(hidden_dim, dropout, with_reverse=True)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for module in (self.source_lin, self.target_lin, self.film, self.aggregate, self.update, self.out):
+            module.reset_parameters()
+        self.residual.reset_parameters()
+        self.edge_update.reset_parameters()
+
+    def forward(self, node: Tensor, edge: Tensor, encoded: EncodedGraph) -> tuple[Tensor, Tensor]:
+        src, dst = encoded.edge_index
+        message = self.film(self.source_lin(node)[src] + self.target_lin(node)[dst], edge)
+        aggregated = self.aggregate(message, dst, dim_size=node.shape[0], dim=0)
+        hidden = nn.functional.silu(self.update(torch.cat([node, aggregated], dim=-1)))
+        node = self.residual(node, self.out(hidden))
+        partner = reverse_edge_partner(encoded.num_edges, edge.device)
+        return node, self.edge_update(node, edge, encoded.edge_index, partner)
+
+
+@register_metanet("ng_gnn")
+class NGGNN(Metanet):
+    """Neural Graphs GNN: :class:`NGGNNLayer` s on the parameter graph with reverse edges.
+
+    ``degree_layout`` is the layout whose degree histogram normalises PNA's scalers.
+    """
+
+    uses_reverse_edges = True
+
+    def __init__(
+        self,
+        hidden_dim: int = 64,
+        num_layers: int = 4,
+        dropout: float = 0.0,
+        degree_layout: Sequence[int] = (2, 32, 32, 1),
+        **encoder_options,
+    ):
+        super().__init__(hidden_dim, num_layers, dropout, **encoder_options)
+        deg = degree_histogram(tuple(degree_layout))
+        self.layers.extend(NGGNNLayer(hidden_dim, deg, dropout) for _ in range(num_layers))
