@@ -1,0 +1,1 @@
+"""Theory made executable: general position, quantization, canonical forms, WL and equivariant spaces."""

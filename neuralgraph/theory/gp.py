@@ -1,0 +1,148 @@
+"""General position (GP): can the hidden neurons of a network be told apart?
+
+A network is in (bias) general position when, in every hidden layer, the biases are pairwise
+distinct. Then sorting each hidden layer by bias fixes a canonical neuron order, and anything
+computed from that order is invariant to hidden permutations (see
+:mod:`neuralgraph.theory.canonical`).
+
+Biases are not the only thing that can tell two neurons ``i, j`` of hidden layer ``l`` apart.
+The five *separators*, in the order canonicalisation uses them:
+
+==========================  ==========================================================
+``bias``                    ``b_l[i]``
+``incoming_row``            ``W_l[i, :]``, the weights into the neuron
+``outgoing_column``         ``W_{l+1}[:, i]``, the weights out of the neuron
+``incoming_row_norm``       ``||W_l[i, :]||_2``
+``outgoing_column_norm``    ``||W_{l+1}[:, i]||_2``
+==========================  ==========================================================
+
+A pair *ties* on a separator when its values are exactly equal. A network is in *combined GP*
+when every pair of neurons in every hidden layer is separated by at least one separator.
+The two norms can only separate pairs the full row/column already separates (equal vectors
+have equal norms); they are listed because they are cheap permutation-invariant scalars a
+model can read, and with them the tie counts show how much each summary keeps.
+
+Everything works on a batch ``[B, ...]`` of networks of one layout at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from neuralgraph.graph.core import Layout, _check_blocks
+
+SEPARATORS = ("bias", "incoming_row", "outgoing_column", "incoming_row_norm", "outgoing_column_norm")
+
+
+def as_batched_mlp(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor], bool]:
+    """Validate an MLP in ``nn.Linear`` convention and return it batched.
+
+    Returns weights ``[B, d_out, d_in]``, biases ``[B, d_out]`` and whether the input was a
+    single network (``B = 1`` added). Errors name the layer at fault.
+    """
+    _, batch_size = _check_blocks([w.unsqueeze(-1) for w in weights], biases)
+    single = batch_size is None
+    if single:
+        return [w.unsqueeze(0) for w in weights], [b.unsqueeze(0) for b in biases], True
+    return list(weights), list(biases), False
+
+
+def layout_of(weights: Sequence[Tensor]) -> Layout:
+    """Layer widths ``(d_0, ..., d_L)`` of batched weights ``[B, d_out, d_in]``."""
+    return (weights[0].shape[-1], *(w.shape[-2] for w in weights))
+
+
+def separator_values(weights: Sequence[Tensor], biases: Sequence[Tensor], layer: int, separator: str) -> Tensor:
+    """Values of ``separator`` for the neurons of hidden ``layer`` (1-based): ``[B, d_layer, k]``.
+
+    ``weights``/``biases`` are batched (see :func:`as_batched_mlp`). Norms are computed in
+    float64 so that rounding cannot merge two different norms.
+    """
+    if not 1 <= layer < len(weights):
+        raise ValueError(f"layer {layer} is not a hidden layer of a {len(weights)}-layer network")
+    if separator not in SEPARATORS:
+        raise ValueError(f"unknown separator {separator!r}; expected one of {SEPARATORS}")
+    if separator == "bias":
+        return biases[layer - 1].unsqueeze(-1)
+    vectors = weights[layer - 1] if separator.startswith("incoming") else weights[layer].transpose(1, 2)
+    if separator.endswith("_norm"):
+        return vectors.double().norm(dim=-1, keepdim=True)
+    return vectors
+
+
+def tie_matrices(weights: Sequence[Tensor], biases: Sequence[Tensor], separators: Sequence[str] = ("bias",)) -> list[Tensor]:
+    """Per hidden layer, ``[B, d, d]`` bool: ``i != j`` tie on *every* separator in ``separators``.
+
+    Accepts a single network or a batch; the output always has the batch dimension.
+    """
+    weights, biases, _ = as_batched_mlp(weights, biases)
+    ties = []
+    for layer in range(1, len(weights)):
+        d = biases[layer - 1].shape[1]
+        tied = ~torch.eye(d, dtype=torch.bool, device=biases[0].device).unsqueeze(0)
+        for separator in separators:
+            v = separator_values(weights, biases, layer, separator)
+            tied = tied & (v.unsqueeze(2) == v.unsqueeze(1)).all(dim=-1)
+        ties.append(tied)
+    return ties
+
+
+def _count_pairs(ties: list[Tensor]) -> Tensor:
+    """Unordered tied pairs per network, summed over hidden layers: ``[B]``."""
+    return sum(t.flatten(1).sum(dim=1) for t in ties) // 2
+
+
+@dataclass
+class GPAudit:
+    """GP status of a batch of networks of one layout.
+
+    ``bias_ties[l-1]`` and ``combined_ties[l-1]`` are the ``[B, d_l, d_l]`` tie matrices of
+    hidden layer ``l`` for the bias separator alone and for all five separators.
+    """
+
+    layout: Layout
+    bias_ties: list[Tensor]
+    combined_ties: list[Tensor]
+
+    @property
+    def bias_tied_pairs(self) -> Tensor:
+        """Pairs of hidden neurons with equal biases, per network: ``[B]``."""
+        return _count_pairs(self.bias_ties)
+
+    @property
+    def combined_tied_pairs(self) -> Tensor:
+        """Pairs of hidden neurons no separator tells apart, per network: ``[B]``."""
+        return _count_pairs(self.combined_ties)
+
+    @property
+    def in_gp(self) -> Tensor:
+        """``[B]`` bool: every hidden layer has pairwise distinct biases."""
+        return self.bias_tied_pairs == 0
+
+    @property
+    def in_combined_gp(self) -> Tensor:
+        """``[B]`` bool: every pair of hidden neurons is separated by some separator."""
+        return self.combined_tied_pairs == 0
+
+    def tied_neurons(self, network: int = 0, combined: bool = False) -> dict[int, list[tuple[int, int]]]:
+        """Tied pairs ``(i, j)``, ``i < j``, of one network, keyed by hidden layer (1-based)."""
+        ties = self.combined_ties if combined else self.bias_ties
+        found = {}
+        for layer, tied in enumerate(ties, start=1):
+            pairs = torch.triu(tied[network], diagonal=1).nonzero().tolist()
+            if pairs:
+                found[layer] = [tuple(p) for p in pairs]
+        return found
+
+
+def audit_gp(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> GPAudit:
+    """GP audit of one MLP or a batch ``[B, ...]`` of one layout (vectorised over networks)."""
+    weights, biases, _ = as_batched_mlp(weights, biases)
+    return GPAudit(
+        layout=layout_of(weights),
+        bias_ties=tie_matrices(weights, biases, ("bias",)),
+        combined_ties=tie_matrices(weights, biases, SEPARATORS),
+    )

@@ -1,0 +1,117 @@
+"""General-position audit and quantization: exact tie detection, batching, schemes, errors."""
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_graph import random_mlp
+
+from neuralgraph.graph import GraphConversionError, permute_mlp, random_hidden_permutation
+from neuralgraph.theory.gp import SEPARATORS, audit_gp, tie_matrices
+from neuralgraph.theory.quantize import quantize, quantize_mlp
+
+small_layouts = st.lists(st.integers(1, 6), min_size=3, max_size=5).map(tuple)
+
+
+def test_bias_ties_are_reported_by_layer_and_pair():
+    weights, biases = random_mlp((2, 4, 3, 1), seed=1)
+    biases[0][3] = biases[0][1]
+    biases[1][2] = biases[1][0]
+    audit = audit_gp(weights, biases)
+    assert audit.tied_neurons() == {1: [(1, 3)], 2: [(0, 2)]}
+    assert not bool(audit.in_gp[0]) and audit.bias_tied_pairs.tolist() == [2]
+    # the rows still tell the tied neurons apart
+    assert bool(audit.in_combined_gp[0]) and audit.tied_neurons(combined=True) == {}
+
+
+def test_only_duplicate_neurons_defeat_all_separators():
+    weights, biases = random_mlp((3, 4, 2), seed=2)
+    weights[0][2], biases[0][2] = weights[0][0], biases[0][0]
+    assert audit_gp(weights, biases).tied_neurons(combined=True) == {}  # outgoing columns differ
+    weights[1][:, 2] = weights[1][:, 0]
+    audit = audit_gp(weights, biases)
+    assert audit.tied_neurons(combined=True) == {1: [(0, 2)]} and not bool(audit.in_combined_gp[0])
+
+
+def test_norm_separators_tie_where_the_vectors_differ():
+    weights = [torch.tensor([[3.0, 4.0], [4.0, 3.0]]), torch.tensor([[1.0, 2.0]])]
+    biases = [torch.zeros(2), torch.zeros(1)]
+    tied = {s: tie_matrices(weights, biases, (s,))[0][0, 0, 1].item() for s in SEPARATORS}
+    assert tied == {
+        "bias": True,
+        "incoming_row": False,
+        "outgoing_column": False,
+        "incoming_row_norm": True,
+        "outgoing_column_norm": False,
+    }
+
+
+def test_unknown_separator_and_bad_shapes_are_named():
+    weights, biases = random_mlp((2, 3, 1))
+    with pytest.raises(ValueError, match="unknown separator 'rank'"):
+        tie_matrices(weights, biases, ("rank",))
+    with pytest.raises(GraphConversionError, match="layer 2: bias has shape"):
+        audit_gp(weights, [biases[0], torch.zeros(2)])
+
+
+@settings(max_examples=30, deadline=None)
+@given(layout=small_layouts, batch=st.integers(1, 5), seed=st.integers(0, 2**16), bits=st.sampled_from([3, 4]))
+def test_batched_audit_equals_per_network_and_is_permutation_invariant(layout, batch, seed, bits):
+    # coarse quantization makes ties common, so both outcomes are exercised
+    weights, biases = quantize_mlp(*random_mlp(layout, batch, seed), bits)
+    audit = audit_gp(weights, biases)
+    gen = torch.Generator().manual_seed(seed)
+    for n in range(batch):
+        w, b = [x[n] for x in weights], [x[n] for x in biases]
+        single = audit_gp(w, b)
+        assert single.bias_tied_pairs.item() == audit.bias_tied_pairs[n].item()
+        assert single.combined_tied_pairs.item() == audit.combined_tied_pairs[n].item()
+        assert single.tied_neurons() == audit.tied_neurons(n)
+        permuted = audit_gp(*permute_mlp(w, b, random_hidden_permutation(layout, gen)))
+        assert permuted.bias_tied_pairs.item() == single.bias_tied_pairs.item()
+        assert permuted.combined_tied_pairs.item() == single.combined_tied_pairs.item()
+
+
+def test_sixteen_bits_is_ieee_half_and_thirty_two_keeps_float32():
+    t = torch.randn(50, dtype=torch.float32)
+    assert torch.equal(quantize(t, 16), t.half().float())
+    assert torch.equal(quantize(t, 32), t)
+    with pytest.raises(ValueError, match="layer 1 weight: values up to 7e\\+04 overflow 16-bit"):
+        quantize_mlp([torch.full((1, 1), 7e4)], [torch.zeros(1)], 16)
+
+
+@pytest.mark.parametrize("bits", [2, 5, 8, 12])
+def test_uniform_quantization_is_symmetric_round_to_nearest(bits):
+    t = torch.randn(1000, dtype=torch.float64)
+    q = quantize(t, bits)
+    levels = 2 ** (bits - 1) - 1
+    scale = t.abs().max() / levels
+    codes = q / scale
+    assert torch.allclose(codes, codes.round(), atol=1e-9) and codes.abs().max().round() == levels
+    assert (q - t).abs().max() <= scale / 2 + 1e-12
+    assert q.abs().max() == t.abs().max()
+    assert torch.equal(quantize(torch.zeros(4), bits), torch.zeros(4))
+
+
+def test_granularity_sets_which_maximum_fixes_the_scale():
+    weights = [torch.tensor([[10.0, -1.0]]), torch.tensor([[1.0]])]
+    biases = [torch.tensor([0.3]), torch.tensor([0.0])]
+    per_tensor_w, per_tensor_b = quantize_mlp(weights, biases, 3)
+    per_layer_w, per_layer_b = quantize_mlp(weights, biases, 3, granularity="layer")
+    assert per_tensor_b[0].item() == pytest.approx(0.3)  # its own scale: 0.3 / 3 levels
+    assert per_layer_b[0].item() == 0.0  # shared scale 10 / 3 rounds 0.3 to 0
+    assert torch.equal(per_tensor_w[0], per_layer_w[0])
+    with pytest.raises(ValueError, match="unknown granularity 'network'"):
+        quantize_mlp(weights, biases, 3, granularity="network")
+    with pytest.raises(ValueError, match="cannot quantize to 1 bits"):
+        quantize(weights[0], 1)
+
+
+@settings(max_examples=20, deadline=None)
+@given(layout=small_layouts, batch=st.integers(1, 4), bits=st.sampled_from([4, 8, 16]), granularity=st.sampled_from(["tensor", "layer"]))
+def test_batched_quantization_uses_per_network_scales(layout, batch, bits, granularity):
+    weights, biases = random_mlp(layout, batch)
+    weights[0] = weights[0] * torch.arange(1, batch + 1).view(-1, 1, 1)  # different peaks per network
+    qw, qb = quantize_mlp(weights, biases, bits, granularity)
+    for n in range(batch):
+        sw, sb = quantize_mlp([w[n] for w in weights], [b[n] for b in biases], bits, granularity)
+        assert all(torch.equal(a[n], b) for a, b in zip(qw + qb, sw + sb))
