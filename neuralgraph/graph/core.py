@@ -244,36 +244,60 @@ def graph_to_blocks(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
     """Inverse of :func:`blocks_to_graph`: per layer ``[B, d_out, d_in, F]`` and ``[B, d_out]``.
 
     Works from ``node_layer``/``node_index``/``edge_index`` rather than the storage order, so
-    a graph whose nodes or edges were relabelled still decodes to the right matrices.
+    a graph whose nodes or edges were relabelled still decodes to the right matrices: each edge
+    is scattered to its slot in the flattened parameter vector of its network.
     """
     layout = common_layout(graph)
     B = graph.num_graphs if isinstance(graph, Batch) else 1
-    node_graph = graph.batch if isinstance(graph, Batch) else torch.zeros(graph.num_nodes, dtype=torch.long)
-    node_graph = node_graph.to(graph.x.device)
+    device = graph.x.device
+    sizes = torch.tensor(layout, device=device)
+    fan_in, fan_out = sizes[:-1], sizes[1:]
+    weight_sizes = (fan_in * fan_out).tolist()
+    weight_offset = torch.cat([sizes.new_zeros(1), (fan_in * fan_out).cumsum(0)[:-1]])
+    node_offset = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]])
+    P, N = sum(weight_sizes), int(sizes.sum())
+    node_graph = graph.batch if isinstance(graph, Batch) else torch.zeros(graph.num_nodes, dtype=torch.long, device=device)
     src, dst = graph.edge_index
-    edge_graph, i_all, j_all = node_graph[dst], graph.node_index[dst], graph.node_index[src]
-    weights, biases = [], []
-    for l in range(1, len(layout)):
-        d_in, d_out = layout[l - 1], layout[l]
-        mask = graph.edge_layer == l - 1
-        found = int(mask.sum())
-        if found != B * d_out * d_in:
-            raise GraphConversionError(
-                f"layer {l}: expected {B * d_out * d_in} edges ({B} x {d_out} x {d_in}), found {found}"
-            )
-        b_idx, i, j = edge_graph[mask], i_all[mask], j_all[mask]
-        hits = torch.zeros(B, d_out, d_in, dtype=torch.long, device=graph.x.device)
-        hits.index_put_((b_idx, i, j), torch.ones_like(i), accumulate=True)
-        if not bool((hits == 1).all()):
-            raise GraphConversionError(f"layer {l}: some weights have duplicate or missing edges")
-        w = graph.edge_attr.new_zeros(B, d_out, d_in, graph.edge_attr.shape[1])
-        w[b_idx, i, j] = graph.edge_attr[mask]
-        node_mask = graph.node_layer == l
-        b = graph.x.new_zeros(B, d_out)
-        b[node_graph[node_mask], graph.node_index[node_mask]] = graph.x[node_mask, 0]
-        weights.append(w)
-        biases.append(b)
+    layer = graph.edge_layer
+    if graph.num_edges != B * P or not bool(
+        ((graph.node_layer[src] == layer) & (graph.node_layer[dst] == layer + 1)).all()
+    ):
+        _raise_edge_count_error(graph, layout, B)
+    slot = node_graph[dst] * P + weight_offset[layer] + graph.node_index[dst] * fan_in[layer] + graph.node_index[src]
+    hit = torch.zeros(B * P, dtype=torch.bool, device=device)
+    hit[slot] = True
+    if not bool(hit.all()):
+        missing = int((~hit).nonzero()[0]) % P
+        l = int((torch.tensor(weight_sizes).cumsum(0) <= missing).sum()) + 1
+        raise GraphConversionError(f"layer {l}: some weights have duplicate or missing edges")
+    flat = graph.edge_attr.new_empty(B * P, graph.edge_attr.shape[1])
+    flat[slot] = graph.edge_attr
+    flat = flat.view(B, P, -1)
+    node_slot = node_graph * N + node_offset[graph.node_layer] + graph.node_index
+    node_values = graph.x.new_empty(B * N)
+    node_values[node_slot] = graph.x[:, 0]
+    node_values = node_values.view(B, N)
+    weights = [
+        block.reshape(B, d_out, d_in, -1)
+        for block, d_in, d_out in zip(flat.split(weight_sizes, dim=1), layout[:-1], layout[1:])
+    ]
+    biases = list(node_values[:, layout[0]:].split(layout[1:], dim=1))
     return weights, biases
+
+
+def _raise_edge_count_error(graph: Graph, layout: Layout, B: int) -> None:
+    """Name the first layer whose edges do not match ``layout`` (slow path, errors only)."""
+    src, dst = graph.edge_index
+    for l in range(1, len(layout)):
+        mask = graph.edge_layer == l - 1
+        expected, found = B * layout[l] * layout[l - 1], int(mask.sum())
+        if found != expected:
+            raise GraphConversionError(
+                f"layer {l}: expected {expected} edges ({B} x {layout[l]} x {layout[l - 1]}), found {found}"
+            )
+        if not bool(((graph.node_layer[src[mask]] == l - 1) & (graph.node_layer[dst[mask]] == l)).all()):
+            raise GraphConversionError(f"layer {l}: some edges do not join layer {l - 1} to layer {l}")
+    raise GraphConversionError(f"graph has {graph.num_edges} edges; layouts {layout} x {B} need {B * sum(a * b for a, b in zip(layout, layout[1:]))}")
 
 
 def graph_to_mlp(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
