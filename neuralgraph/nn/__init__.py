@@ -5,21 +5,29 @@ Importing this package registers every architecture in :data:`METANETS`.
 from neuralgraph.nn.base import EdgeUpdate, FeedForward, FiLM, Metanet, MetanetLayer, ResidualNorm
 from neuralgraph.nn.encoder import EncodedGraph, GraphEncoder
 from neuralgraph.nn.registry import METANETS, build_metanet, metanet_class, register_metanet
+from neuralgraph.nn.heads import InvariantReadout, WeightDecoder
+from neuralgraph.nn.ensemble import merge_ensemble
+from neuralgraph.nn.budget import BudgetMatch, match_budget
 
 # Architectures register themselves on import.
 from neuralgraph.nn import gmn, ng_gnn, ng_t, nft  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "METANETS",
+    "BudgetMatch",
     "EdgeUpdate",
     "EncodedGraph",
     "FeedForward",
     "FiLM",
     "GraphEncoder",
+    "InvariantReadout",
     "Metanet",
     "MetanetLayer",
     "ResidualNorm",
+    "WeightDecoder",
     "build_metanet",
+    "match_budget",
+    "merge_ensemble",
     "metanet_class",
     "register_metanet",
 ]

@@ -1,0 +1,121 @@
+"""Heads on a metanetwork's node and edge features: a vector per graph, or new networks.
+
+* :class:`InvariantReadout` pools per layer and maps to ``out_dim`` (for functionals such as
+  predicting a network's accuracy or an INR's class): invariant to whatever permutations the
+  metanetwork is equivariant to.
+* :class:`WeightDecoder` predicts ``k`` weight and bias deltas per edge and neuron, and
+  returns ``k`` edited networks per input (Output Capacity Expansion): equivariant.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+from neuralgraph.graph.core import Graph, GraphConversionError, common_layout, graph_to_blocks
+from neuralgraph.nn.encoder import MAX_LAYERS, check_index_range, node_graph_index, num_graphs
+from neuralgraph.scatter import scatter
+
+
+def two_layer_mlp(in_dim: int, hidden_dim: int, out_dim: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(in_dim, hidden_dim), nn.SiLU(), nn.Linear(hidden_dim, out_dim))
+
+
+def reset_mlp(mlp: nn.Sequential) -> None:
+    for module in mlp:
+        if isinstance(module, nn.Linear):
+            module.reset_parameters()
+
+
+class InvariantReadout(nn.Module):
+    r"""Per-graph vector from node and edge features, pooled layer by layer.
+
+    .. math::
+        y = \mathrm{MLP}\big([\,\operatorname{mean}_{l(i)=0} x_i, \dots, \operatorname{mean}_{l(i)=L} x_i,\
+            \operatorname{mean}_{l(e)=0} e, \dots, \operatorname{mean}_{l(e)=L-1} e\,]\big)
+
+    Slots of layers a graph does not have (shallower networks in a mixed batch) are zero.
+    Pooling whole layers makes the output invariant to permutations of the neurons within any
+    layer, while the per-layer slots keep depth information.
+    """
+
+    def __init__(self, hidden_dim: int, out_dim: int, max_layers: int = MAX_LAYERS, mlp_dim: int | None = None):
+        super().__init__()
+        self.hidden_dim = hidden_dim
+        self.max_layers = max_layers
+        pooled_dim = (2 * max_layers + 1) * hidden_dim
+        self.mlp = two_layer_mlp(pooled_dim, mlp_dim or hidden_dim, out_dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        reset_mlp(self.mlp)
+
+    def forward(self, graph: Graph, node_features: Tensor, edge_features: Tensor) -> Tensor:
+        """``[B, out_dim]`` for a batch of ``B`` graphs."""
+        check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
+        B = num_graphs(graph)
+        node_graph = node_graph_index(graph)
+        node_slot = node_graph * (self.max_layers + 1) + graph.node_layer
+        edge_slot = node_graph[graph.edge_index[1]] * self.max_layers + graph.edge_layer
+        nodes = scatter(node_features, node_slot, 0, B * (self.max_layers + 1), "mean")
+        edges = scatter(edge_features, edge_slot, 0, B * self.max_layers, "mean")
+        pooled = torch.cat([nodes.view(B, -1), edges.view(B, -1)], dim=1)
+        return self.mlp(pooled)
+
+
+class WeightDecoder(nn.Module):
+    r"""``k`` edited networks per input graph: :math:`w_i = w + s_l\,\Delta w_i`, :math:`b_i = b + s_l\,\Delta b_i`.
+
+    :math:`\Delta w \in \mathbb{R}^{E \times k}` comes from an MLP on each edge's features,
+    :math:`\Delta b \in \mathbb{R}^{N \times k}` from an MLP on each non-input neuron's features
+    (input neurons have no bias and are skipped), and :math:`s_l` is a learnable scale per
+    weight layer, initialised small (``1e-2``) so that training starts from the input network.
+
+    Networks are read back by ``node_layer``/``node_index`` (through
+    :func:`~neuralgraph.graph.core.graph_to_blocks`), never by storage order. Decoding needs
+    one layout per batch, and MLP graphs (one feature per edge).
+    """
+
+    def __init__(self, hidden_dim: int, k: int = 1, max_layers: int = MAX_LAYERS, init_scale: float = 1e-2):
+        super().__init__()
+        if k < 1:
+            raise ValueError(f"k={k}: a WeightDecoder predicts at least one network")
+        self.k = k
+        self.max_layers = max_layers
+        self.init_scale = init_scale
+        self.edge_head = two_layer_mlp(hidden_dim, hidden_dim, k)
+        self.node_head = two_layer_mlp(hidden_dim, hidden_dim, k)
+        self.scale = nn.Parameter(torch.empty(max_layers))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        reset_mlp(self.edge_head)
+        reset_mlp(self.node_head)
+        nn.init.constant_(self.scale, self.init_scale)
+
+    def forward(self, graph: Graph, node_features: Tensor, edge_features: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+        """Per layer, weights ``[B, k, d_out, d_in]`` and biases ``[B, k, d_out]``."""
+        if graph.edge_attr.shape[-1] != 1:
+            raise GraphConversionError(
+                f"WeightDecoder decodes MLP graphs; edge_attr has {graph.edge_attr.shape[-1]} features per edge"
+            )
+        layout = common_layout(graph)
+        check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
+        edge_values = graph.edge_attr + self.scale[graph.edge_layer].unsqueeze(-1) * self.edge_head(edge_features)
+        node_scale = self.scale[(graph.node_layer - 1).clamp(min=0)].unsqueeze(-1)
+        node_values = graph.x + node_scale * self.node_head(node_features)  # rows of input neurons unused
+
+        edited = copy.copy(graph)
+        edited.edge_attr = edge_values
+        weights, _ = graph_to_blocks(edited)
+        weights = [w.permute(0, 3, 1, 2) for w in weights]  # [B, d_out, d_in, k] -> [B, k, d_out, d_in]
+
+        B, node_graph = num_graphs(graph), node_graph_index(graph)
+        biases = []
+        for l, d_out in enumerate(layout[1:], start=1):
+            in_layer = graph.node_layer == l
+            b = node_values.new_zeros(B, d_out, self.k)
+            b[node_graph[in_layer], graph.node_index[in_layer]] = node_values[in_layer]
+            biases.append(b.transpose(1, 2))
+        return weights, biases

@@ -1,0 +1,196 @@
+"""Symmetry, batching and gradient tests for every registered metanetwork, plus encoder/registry errors.
+
+Parametrised over ``METANETS``, so an architecture joins the suite by registering itself.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch_geometric.data import Batch
+
+from neuralgraph.graph import GraphConversionError, mlp_to_graph, module_to_graph, permute_mlp, random_hidden_permutation
+from neuralgraph.nn import METANETS, GraphEncoder, InvariantReadout, Metanet, WeightDecoder, build_metanet, register_metanet
+
+ARCHITECTURES = sorted(METANETS)
+MAX_LAYERS = 4
+K = 3
+TOLERANCE = 1e-10
+
+
+@lru_cache(maxsize=None)
+def float64_model(name: str) -> tuple[Metanet, InvariantReadout, WeightDecoder]:
+    """A small metanet with both heads, in float64 and eval mode, built once per architecture."""
+    torch.manual_seed(0)
+    metanet = build_metanet(name, hidden_dim=16, num_layers=2, max_layers=MAX_LAYERS)
+    readout = InvariantReadout(16, 5, max_layers=MAX_LAYERS)
+    decoder = WeightDecoder(16, K, max_layers=MAX_LAYERS, init_scale=0.5)
+    return tuple(m.double().eval() for m in (metanet, readout, decoder))
+
+
+def random_mlps(layout, batch_size, seed):
+    generator = torch.Generator().manual_seed(seed)
+    weights = [torch.randn(batch_size, o, i, generator=generator, dtype=torch.float64) for i, o in zip(layout, layout[1:])]
+    biases = [torch.randn(batch_size, o, generator=generator, dtype=torch.float64) for o in layout[1:]]
+    return weights, biases
+
+
+def run_heads(name, weights, biases):
+    metanet, readout, decoder = float64_model(name)
+    graph = mlp_to_graph(weights, biases)
+    with torch.no_grad():
+        node, edge = metanet(graph)
+        return readout(graph, node, edge), decoder(graph, node, edge)
+
+
+def inverse(perm):
+    return None if perm is None else torch.argsort(perm)
+
+
+def assert_networks_close(actual, expected):
+    for a, e in zip(actual[0] + actual[1], expected[0] + expected[1]):
+        torch.testing.assert_close(a, e, rtol=0, atol=TOLERANCE)
+
+
+layouts = st.lists(st.integers(2, 5), min_size=3, max_size=MAX_LAYERS + 1).map(tuple)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+@settings(max_examples=4, deadline=None)
+@given(layout=layouts, seed=st.integers(0, 2**16))
+def test_hidden_permutation_symmetry(name, layout, seed):
+    """Readout is invariant, decoded networks are equivariant to hidden-neuron permutations."""
+    weights, biases = random_mlps(layout, 2, seed)
+    perms = random_hidden_permutation(layout, torch.Generator().manual_seed(seed))
+    readout, decoded = run_heads(name, weights, biases)
+    permuted_readout, permuted_decoded = run_heads(name, *permute_mlp(weights, biases, perms))
+    torch.testing.assert_close(permuted_readout, readout, rtol=0, atol=TOLERANCE)
+    assert_networks_close(permute_mlp(*permuted_decoded, [inverse(p) for p in perms]), decoded)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+@settings(max_examples=3, deadline=None)
+@given(layout=layouts, seed=st.integers(0, 2**16))
+def test_input_output_permutations(name, layout, seed):
+    """NP-group models are also symmetric under input/output permutations; the others see the swap."""
+    weights, biases = random_mlps(layout, 2, seed)
+    generator = torch.Generator().manual_seed(seed)
+    perms = [torch.randperm(d, generator=generator) for d in layout]
+    perms[0] = torch.tensor([1, 0, *range(2, layout[0])])  # at least swap inputs 0 and 1
+    readout, decoded = run_heads(name, weights, biases)
+    permuted_readout, permuted_decoded = run_heads(name, *permute_mlp(weights, biases, perms))
+    if METANETS[name].symmetry == "np":
+        torch.testing.assert_close(permuted_readout, readout, rtol=0, atol=TOLERANCE)
+        assert_networks_close(permute_mlp(*permuted_decoded, [inverse(p) for p in perms]), decoded)
+    else:
+        assert (permuted_readout - readout).abs().max() > 1e-6
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_mixed_layouts_match_single_graphs(name):
+    """A batch mixing layouts gives each graph the features it gets alone."""
+    metanet, readout, _ = float64_model(name)
+    graphs = [mlp_to_graph(*[[t[0] for t in ts] for ts in random_mlps(layout, 1, seed)])
+              for seed, layout in enumerate([(2, 6, 1), (3, 4, 5, 2), (2, 3, 3, 3, 1)])]
+    batch = Batch.from_data_list(graphs)
+    with torch.no_grad():
+        node, edge = metanet(batch)
+        pooled = readout(batch, node, edge)
+        for i, graph in enumerate(graphs):
+            single_node, single_edge = metanet(graph)
+            torch.testing.assert_close(node[batch.ptr[i] : batch.ptr[i + 1]], single_node, rtol=0, atol=TOLERANCE)
+            edges = batch.batch[batch.edge_index[1]] == i
+            torch.testing.assert_close(edge[edges], single_edge, rtol=0, atol=TOLERANCE)
+            torch.testing.assert_close(pooled[i : i + 1], readout(graph, single_node, single_edge), rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_gradients_reach_every_parameter(name):
+    torch.manual_seed(1)
+    metanet = build_metanet(name, hidden_dim=8, num_layers=2, max_layers=MAX_LAYERS)
+    readout = InvariantReadout(8, 3, max_layers=MAX_LAYERS)
+    decoder = WeightDecoder(8, 2, max_layers=MAX_LAYERS)
+    weights = [torch.randn(4, 5, 2), torch.randn(4, 5, 5), torch.randn(4, 1, 5)]
+    biases = [torch.randn(4, 5), torch.randn(4, 5), torch.randn(4, 1)]
+    graph = mlp_to_graph(weights, biases)
+    node, edge = metanet(graph)
+    new_weights, new_biases = decoder(graph, node, edge)
+    loss = readout(graph, node, edge).square().sum() + sum(t.square().sum() for t in new_weights + new_biases)
+    loss.backward()
+    for module in (metanet, readout, decoder):
+        for param_name, param in module.named_parameters():
+            assert param.grad is not None, f"{name}: {param_name} got no gradient"
+            assert param.grad.abs().sum() > 0, f"{name}: {param_name} got an all-zero gradient"
+
+
+@pytest.mark.parametrize("name", ["gmn", "ng_gnn", "ng_t", "nft"])
+def test_conv_graph_runs(name):
+    """A Conv2d-derived graph (3x3 kernels as 9 edge features) runs and keeps the graph's shapes."""
+    torch.manual_seed(2)
+    cnn = nn.Sequential(
+        nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10)
+    )
+    graph = Batch.from_data_list([module_to_graph(cnn)] * 2)
+    metanet = build_metanet(name, hidden_dim=8, num_layers=2, edge_features=9)
+    node, edge = metanet(graph)
+    assert node.shape == (graph.num_nodes, 8) and edge.shape == (graph.num_edges, 8)
+    readout = InvariantReadout(8, 3)
+    readout(graph, node, edge).sum().backward()
+    assert metanet.encoder.edge_lift.linear.weight.grad.abs().sum() > 0
+
+
+def test_encoder_reverse_edges_carry_both_directions():
+    weights, biases = random_mlps((2, 3, 1), 1, 0)
+    graph = mlp_to_graph(*[[t[0] for t in ts] for ts in (weights, biases)])
+    encoder = GraphEncoder(4, reverse_edges=True).double()
+    encoded = encoder(graph)
+    E = graph.num_edges
+    assert encoded.num_edges == E and encoded.edge.shape == (2 * E, 4)
+    assert torch.equal(encoded.edge_index[:, E:], graph.edge_index.flip(0))
+    lift = encoder.edge_lift.linear
+    forward_rows = graph.edge_attr @ lift.weight[:, :1].T + lift.bias
+    reverse_rows = graph.edge_attr @ lift.weight[:, 1:].T + lift.bias
+    position = encoder.edge_position(graph.edge_layer)
+    torch.testing.assert_close(encoded.edge[:E], forward_rows + position)
+    torch.testing.assert_close(encoded.edge[E:], reverse_rows + position)
+
+
+def test_encoder_errors_name_the_field():
+    graph = mlp_to_graph([torch.randn(3, 2), torch.randn(1, 3)], [torch.randn(3), torch.randn(1)])
+    with pytest.raises(ValueError, match="edge_attr"):
+        GraphEncoder(4, edge_features=9)(graph)
+    with pytest.raises(ValueError, match="node_type"):
+        GraphEncoder(4, max_node_types=3)(graph)
+    with pytest.raises(ValueError, match="edge_layer"):
+        GraphEncoder(4, max_layers=1)(graph)
+    with pytest.raises(ValueError, match="positional"):
+        GraphEncoder(4, positional="absolute")
+
+
+def test_np_symmetry_requires_layer_embeddings():
+    class NPNet(Metanet):
+        symmetry = "np"
+
+    assert NPNet(4, 0).encoder.positional == "layer"
+    with pytest.raises(ValueError, match="positional='layer'"):
+        NPNet(4, 0, positional="neuron")
+
+
+def test_registry_errors():
+    with pytest.raises(ValueError, match="known: .*'gmn'"):
+        build_metanet("no_such_net")
+    with pytest.raises(ValueError, match="already taken"):
+        register_metanet("gmn")(type("OtherGMN", (Metanet,), {}))
+    with pytest.raises(TypeError, match="not a Metanet"):
+        register_metanet("linear")(nn.Linear)
+
+
+def test_decoder_rejects_conv_graphs():
+    cnn = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(2, 1))
+    with pytest.raises(GraphConversionError, match="features per edge"):
+        graph = module_to_graph(cnn)
+        WeightDecoder(4)(graph, torch.zeros(graph.num_nodes, 4), torch.zeros(graph.num_edges, 4))
