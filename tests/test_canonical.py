@@ -100,5 +100,7 @@ def test_canonical_features_are_a_complete_invariant_on_general_position():
     features = canonical_features(weights, biases)
     assert features.shape == (3 * 5 + 5 + 5 * 4 + 4 + 4 * 2 + 2,)
     assert torch.equal(features, canonical_features(*permute_mlp(weights, biases, random_hidden_permutation((3, 5, 4, 2), gen))))
+    batched = canonical_features([w.unsqueeze(0).repeat(2, 1, 1) for w in weights], [b.unsqueeze(0).repeat(2, 1) for b in biases])
+    assert batched.shape == (2, features.numel()) and torch.equal(batched[1], features)
     weights[1][0, 0] += 1e-12
     assert not torch.equal(features, canonical_features(weights, biases))

@@ -29,6 +29,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from neuralgraph.theory.equivariant_space import flatten_parameters
 from neuralgraph.theory.gp import as_batched_mlp
 
 ON_TIE = ("raise", "flag")
@@ -109,11 +110,13 @@ def canonicalize(weights: Sequence[Tensor], biases: Sequence[Tensor], on_tie: st
 
 
 def canonical_features(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> Tensor:
-    """Flat parameter vector of the canonical form, ``[P]`` or ``[B, P]``: an invariant embedding.
+    """Weight-space vector of the canonical form, ``[P]`` or ``[B, P]``: an invariant embedding.
 
-    Two networks get equal features iff their canonical forms are equal, i.e. (when no tie is
+    Coordinates follow :func:`~neuralgraph.theory.equivariant_space.flatten_parameters`. Two
+    networks get equal features iff their canonical forms are equal, i.e. (when no tie is
     unresolved, else this raises) iff they are related by a hidden permutation.
     """
     form = canonicalize(weights, biases)
-    start = 0 if form.biases[0].dim() == 1 else 1
-    return torch.cat([t.flatten(start) for w, b in zip(form.weights, form.biases) for t in (w, b)], dim=-1)
+    if form.biases[0].dim() == 1:
+        return flatten_parameters(form.weights, form.biases)
+    return torch.vmap(flatten_parameters)(form.weights, form.biases)
