@@ -1,0 +1,298 @@
+"""One LightningModule per setting of the 2026 paper, all on a metanetwork from the registry.
+
+=====================================  ==============================  ==========================
+setting                                task                            head
+=====================================  ==============================  ==========================
+function-space operator                :class:`InrEditing`             ``WeightDecoder(k)`` (OCE)
+function-space functional              :class:`InrClassification`      ``InvariantReadout``
+permutation-invariant functional       :class:`WeightStatisticRegression` ``InvariantReadout``
+permutation-equivariant operator       :class:`EquivariantWeightPrediction` per-edge linear
+=====================================  ==============================  ==========================
+
+Optimisation follows the paper: AdamW (lr 1e-3, weight decay 1e-3), ReduceLROnPlateau on the
+validation loss (factor 0.5, patience 5 epochs, min lr 1e-4). Test metrics are computed at the
+best-validation checkpoint by the CLI, never as a minimum over test epochs.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import lightning as L
+import torch
+import torchmetrics
+from torch import Tensor, nn
+
+from neuralgraph.graph import graph_to_mlp
+from neuralgraph.inr import render
+from neuralgraph.morphology import EDITS
+from neuralgraph.nn import InvariantReadout, WeightDecoder, build_metanet, match_budget
+from neuralgraph.nn.budget import count_trainable
+from neuralgraph.training.batch import InrBatch
+
+STAGES = ("train", "val", "test")
+
+
+class MetanetTask(L.LightningModule):
+    """Shared training logic: a registry metanetwork, a head, a loss, torchmetrics per stage.
+
+    Args:
+        metanet: registry name (``gmn``, ``ng_gnn``, ``ng_t``, ``dws``, ``nfn_np``, ``nfn_hnp``, ``nft``).
+        metanet_config: constructor arguments of that metanetwork.
+        lr, weight_decay: AdamW settings.
+        lr_factor, lr_patience, min_lr: ReduceLROnPlateau on ``val/loss`` (patience in epochs).
+    """
+
+    def __init__(
+        self,
+        metanet: str = "gmn",
+        metanet_config: Optional[dict[str, Any]] = None,
+        lr: float = 1e-3,
+        weight_decay: float = 1e-3,
+        lr_factor: float = 0.5,
+        lr_patience: int = 5,
+        min_lr: float = 1e-4,
+    ):
+        super().__init__()
+        self.save_hyperparameters()  # collects the arguments of subclass constructors too
+        self.metanet = build_metanet(metanet, **self.metanet_config_resolved())
+
+    def metanet_config_resolved(self) -> dict[str, Any]:
+        """The metanetwork's constructor arguments (subclasses may adjust, e.g. budget matching)."""
+        return dict(self.hparams.metanet_config or {})
+
+    # -- subclasses -------------------------------------------------------------------------
+    def loss_and_outputs(self, batch: InrBatch) -> tuple[Tensor, dict[str, Tensor]]:
+        raise NotImplementedError
+
+    def update_metrics(self, stage: str, outputs: dict[str, Tensor], batch: InrBatch) -> None:
+        raise NotImplementedError
+
+    # -- Lightning --------------------------------------------------------------------------
+    def forward(self, batch: InrBatch):
+        return self.loss_and_outputs(batch)[1]
+
+    def _step(self, batch: InrBatch, stage: str) -> Tensor:
+        loss, outputs = self.loss_and_outputs(batch)
+        self.log(f"{stage}/loss", loss, batch_size=batch.size, prog_bar=stage != "test", on_epoch=True,
+                 on_step=False, sync_dist=True)
+        self.update_metrics(stage, outputs, batch)
+        return loss
+
+    def training_step(self, batch: InrBatch, batch_idx: int) -> Tensor:
+        return self._step(batch, "train")
+
+    def validation_step(self, batch: InrBatch, batch_idx: int) -> None:
+        self._step(batch, "val")
+
+    def test_step(self, batch: InrBatch, batch_idx: int) -> None:
+        self._step(batch, "test")
+
+    def predict_step(self, batch: InrBatch, batch_idx: int) -> dict[str, Tensor]:
+        return self.loss_and_outputs(batch)[1]
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        optimizer = torch.optim.AdamW(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="min", factor=hp.lr_factor, patience=hp.lr_patience, min_lr=hp.min_lr
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss"}}
+
+    def on_fit_start(self) -> None:
+        self.print(f"{type(self).__name__}: {self.hparams.metanet} with {count_trainable(self):,} trainable parameters")
+
+    # Exact resumption: the global RNG (dropout, augmentation) travels with the checkpoint.
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["torch_rng_state"] = torch.get_rng_state()
+        checkpoint["neuralgraph_task"] = {"task": type(self).__name__, "metanet": self.hparams.metanet}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        saved = checkpoint.get("neuralgraph_task")
+        if saved is None:
+            raise ValueError("checkpoint was not written by a neuralgraph task (no 'neuralgraph_task' entry)")
+        mine = {"task": type(self).__name__, "metanet": self.hparams.metanet}
+        if saved != mine:
+            raise ValueError(f"checkpoint holds {saved['task']} with metanet {saved['metanet']!r}, "
+                             f"but this run builds {mine['task']} with metanet {mine['metanet']!r}")
+        expected = {k: tuple(v.shape) for k, v in self.state_dict().items()}
+        found = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
+        if expected != found:
+            diff = sorted(k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k))
+            raise ValueError(
+                f"checkpoint's {saved['metanet']!r} parameters do not fit this configuration "
+                f"(different widths, depth, k or layout); first mismatches: "
+                + ", ".join(f"{k}: checkpoint {found.get(k)} vs model {expected.get(k)}" for k in diff[:3])
+            )
+        if "torch_rng_state" in checkpoint:
+            torch.set_rng_state(checkpoint["torch_rng_state"])
+
+
+class InrEditing(MetanetTask):
+    """Function-space operator: edit an INR so that it renders the edited image (OCE with ``k`` outputs).
+
+    The metanetwork's features go through ``WeightDecoder(k)``; the ``k`` output INRs are
+    rendered on the image grid and averaged: ``f = (1/k) sum_i f_i``. Loss: pixel MSE against
+    ``edit(image)`` (3x3 dilation by default).
+
+    Args:
+        k: number of output networks (Output Capacity Expansion; 1 = the usual single output).
+        edit: name in :data:`neuralgraph.morphology.EDITS`.
+        match_budget: shrink ``hidden_dim`` so that metanet + decoder(k) have no more trainable
+            parameters than the given config with ``k = 1`` (both counts are logged).
+    """
+
+    def __init__(self, *args, k: int = 1, edit: str = "dilation", match_budget: bool = False, **kwargs):
+        if edit not in EDITS:
+            raise ValueError(f"edit={edit!r}: choose one of {sorted(EDITS)}")
+        super().__init__(*args, **kwargs)
+        self.decoder = WeightDecoder(self.metanet.hidden_dim, self.hparams.k)
+        self.edit = EDITS[edit]
+        self.metrics = nn.ModuleDict({
+            stage: torchmetrics.MetricCollection({
+                "mse": torchmetrics.MeanSquaredError(),
+                "psnr": torchmetrics.image.PeakSignalNoiseRatio(data_range=1.0),
+            }, prefix=f"{stage}/") for stage in STAGES
+        })
+
+    def metanet_config_resolved(self) -> dict[str, Any]:
+        config = super().metanet_config_resolved()
+        k = self.hparams.k
+        if not self.hparams.match_budget or k == 1:
+            return config
+        matched = match_budget(self.hparams.metanet, config, k)
+        print(f"budget match: {self.hparams.metanet} k={k} hidden_dim={matched.config['hidden_dim']} "
+              f"({matched.params:,} parameters) vs k=1 hidden_dim={config.get('hidden_dim')} "
+              f"({matched.reference_params:,} parameters)")
+        return matched.config
+
+    def edited_networks(self, batch: InrBatch) -> tuple[list[Tensor], list[Tensor]]:
+        """The ``k`` output INRs per input: weights ``[B, k, d_out, d_in]``, biases ``[B, k, d_out]``."""
+        node, edge = self.metanet(batch.graph)
+        return self.decoder(batch.graph, node, edge)
+
+    def loss_and_outputs(self, batch):
+        weights, biases = self.edited_networks(batch)
+        B, k = weights[0].shape[:2]
+        size = batch.image.shape[-2:]
+        members = render([w.flatten(0, 1) for w in weights], [b.flatten(0, 1) for b in biases], tuple(size))
+        members = members.view(B, k, *size)
+        prediction = members.mean(dim=1)
+        target = self.edit(batch.image)
+        return nn.functional.mse_loss(prediction, target), {"prediction": prediction, "members": members,
+                                                            "target": target}
+
+    def update_metrics(self, stage, outputs, batch):
+        self.metrics[stage].update(outputs["prediction"], outputs["target"])
+
+    def _log_epoch_metrics(self, stage: str) -> None:
+        values = self.metrics[stage].compute()
+        values[f"{stage}/mse_x1e-2"] = values[f"{stage}/mse"] * 100
+        self.log_dict(values, sync_dist=True)
+        self.metrics[stage].reset()
+
+    def on_train_epoch_end(self):
+        self._log_epoch_metrics("train")
+
+    def on_validation_epoch_end(self):
+        self._log_epoch_metrics("val")
+
+    def on_test_epoch_end(self):
+        self._log_epoch_metrics("test")
+
+
+class InrClassification(MetanetTask):
+    """Function-space functional: the digit an INR draws, read from its weights."""
+
+    def __init__(self, *args, num_classes: int = 10, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.readout = InvariantReadout(self.metanet.hidden_dim, num_classes)
+        self.metrics = nn.ModuleDict({
+            stage: torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro") for stage in STAGES
+        })
+
+    def loss_and_outputs(self, batch):
+        node, edge = self.metanet(batch.graph)
+        logits = self.readout(batch.graph, node, edge)
+        return nn.functional.cross_entropy(logits, batch.label), {"logits": logits}
+
+    def update_metrics(self, stage, outputs, batch):
+        self.metrics[stage](outputs["logits"], batch.label)
+        self.log(f"{stage}/accuracy", self.metrics[stage], on_epoch=True, on_step=False, batch_size=batch.size)
+
+
+def layer_norms(graph) -> Tensor:
+    """Per-layer L2 norm of each network's weight matrix, ``[B, L]``."""
+    weights, _ = graph_to_mlp(graph)
+    return torch.stack([w.flatten(1).norm(dim=1) for w in weights], dim=1)
+
+
+class WeightStatisticRegression(MetanetTask):
+    """Permutation-invariant functional: per-layer L2 norms of the weights.
+
+    Fixed by the weights but not by the function (the INR's function does not determine them),
+    so function-space training signals cannot learn it.
+    """
+
+    def __init__(self, *args, num_weight_layers: int = 3, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.readout = InvariantReadout(self.metanet.hidden_dim, num_weight_layers)
+        self.metrics = nn.ModuleDict({stage: torchmetrics.R2Score(num_weight_layers) for stage in STAGES})
+
+    def loss_and_outputs(self, batch):
+        node, edge = self.metanet(batch.graph)
+        prediction = self.readout(batch.graph, node, edge)
+        target = layer_norms(batch.graph)
+        if prediction.shape != target.shape:
+            raise ValueError(f"num_weight_layers={prediction.shape[1]} but the data has {target.shape[1]} weight layers")
+        return nn.functional.mse_loss(prediction, target), {"prediction": prediction, "target": target}
+
+    def update_metrics(self, stage, outputs, batch):
+        self.metrics[stage](outputs["prediction"], outputs["target"])
+        self.log(f"{stage}/r2", self.metrics[stage], on_epoch=True, on_step=False, batch_size=batch.size)
+
+
+def magnitude_prune_mask(graph, sparsity: float) -> Tensor:
+    """1 for the weights kept by per-layer magnitude pruning, per edge, in the graph's edge order.
+
+    Within each network and layer, the ``ceil((1 - sparsity) * n)`` largest ``|w|`` are kept;
+    ties are resolved by a stable sort of the edge order (measure zero for real weights).
+    """
+    magnitude = graph.edge_attr[:, 0].abs()
+    batch = getattr(graph, "batch", None)
+    graph_of_edge = batch[graph.edge_index[1]] if batch is not None else torch.zeros_like(graph.edge_layer)
+    group = graph_of_edge * (int(graph.edge_layer.max()) + 1) + graph.edge_layer
+    # rank of |w| within its (network, layer) group: sort by magnitude, then stably by group
+    order = torch.argsort(magnitude, descending=True, stable=True)
+    order = order[torch.argsort(group[order], stable=True)]
+    group_sizes = torch.bincount(group)
+    starts = torch.cumsum(group_sizes, 0) - group_sizes
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=order.device) - starts[group[order]]
+    keep = torch.ceil((1 - sparsity) * group_sizes.to(magnitude.dtype)).long()
+    return (rank < keep[group]).to(graph.edge_attr.dtype)
+
+
+class EquivariantWeightPrediction(MetanetTask):
+    """Permutation-equivariant operator: a per-weight target in the input's own indexing.
+
+    Predicts the magnitude-pruning mask (keep the largest ``1 - sparsity`` of each layer) from
+    the edge features; a hidden permutation of the input permutes the prediction alike.
+    """
+
+    def __init__(self, *args, sparsity: float = 0.5, **kwargs):
+        if not 0 < sparsity < 1:
+            raise ValueError(f"sparsity={sparsity}: expected a fraction strictly between 0 and 1")
+        super().__init__(*args, **kwargs)
+        self.edge_head = nn.Linear(self.metanet.hidden_dim, 1)
+        self.metrics = nn.ModuleDict({stage: torchmetrics.classification.BinaryAccuracy() for stage in STAGES})
+
+    def loss_and_outputs(self, batch):
+        node, edge = self.metanet(batch.graph)
+        logits = self.edge_head(edge).squeeze(-1)
+        target = magnitude_prune_mask(batch.graph, self.hparams.sparsity)
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, target)
+        return loss, {"logits": logits, "target": target}
+
+    def update_metrics(self, stage, outputs, batch):
+        self.metrics[stage](outputs["logits"].sigmoid(), outputs["target"].long())
+        self.log(f"{stage}/accuracy", self.metrics[stage], on_epoch=True, on_step=False, batch_size=batch.size)

@@ -1,0 +1,45 @@
+"""PNG grids of INR edits: one row per INR, columns input | target | OCE average | members."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from PIL import Image, ImageDraw
+from torch import Tensor
+
+
+def editing_grid(
+    inputs: Tensor, average: Tensor, members: Tensor, targets: Optional[Tensor] = None, scale: int = 3, pad: int = 2
+) -> Image.Image:
+    """A grey-scale grid. ``inputs``/``targets``/``average``: ``[B, H, W]``; ``members``: ``[B, k, H, W]``.
+
+    Values are clipped to ``[0, 1]``. The members column is left out when ``k == 1`` (it equals
+    the average). A header row names the columns.
+    """
+    columns: list[tuple[str, Tensor]] = [("input", inputs)]
+    if targets is not None:
+        columns.append(("target", targets))
+    columns.append(("OCE avg" if members.shape[1] > 1 else "output", average))
+    if members.shape[1] > 1:
+        columns += [(f"m{i}", members[:, i]) for i in range(members.shape[1])]
+    B, H, W = inputs.shape
+    cell_h, cell_w = H * scale + pad, max(W * scale, 42) + pad
+    header = 12
+    canvas = Image.new("L", (cell_w * len(columns) + pad, header + cell_h * B + pad), color=255)
+    draw = ImageDraw.Draw(canvas)
+    for c, (name, images) in enumerate(columns):
+        draw.text((pad + c * cell_w, 0), name, fill=0)
+        for r in range(B):
+            pixels = (images[r].detach().float().clamp(0, 1).cpu().numpy() * 255).round().astype(np.uint8)
+            tile = Image.fromarray(pixels).resize((W * scale, H * scale), Image.NEAREST)
+            canvas.paste(tile, (pad + c * cell_w, header + pad + r * cell_h))
+    return canvas
+
+
+def save_editing_grid(path: Path | str, *args, **kwargs) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    editing_grid(*args, **kwargs).save(path)
+    return path
