@@ -15,6 +15,7 @@ from neuralgraph.graph import (
     num_node_types,
     permute_mlp,
     random_hidden_permutation,
+    random_hidden_permutations,
 )
 
 
@@ -239,8 +240,18 @@ def test_permute_mlp_rejects_bad_permutations():
     w, b = random_mlp((2, 3, 1))
     with pytest.raises(GraphConversionError, match="got 2 permutations for 2 layers"):
         permute_mlp(w, b, [torch.arange(3), torch.arange(3)])
-    with pytest.raises(GraphConversionError, match="layer 1: output permutation is not a permutation of 3"):
+    with pytest.raises(GraphConversionError, match="layer 1: permutation is not a permutation of its 3 neurons"):
         permute_mlp(w, b, [torch.tensor([0, 0, 1])])
+
+
+def test_per_network_permutations_match_one_at_a_time():
+    layout, batch = (3, 5, 4, 2), 6
+    weights, biases = random_mlp(layout, batch)
+    perms = random_hidden_permutations(layout, batch, torch.Generator().manual_seed(3))
+    pw, pb = permute_mlp(weights, biases, perms)
+    for n in range(batch):
+        one_w, one_b = permute_mlp([w[n] for w in weights], [b[n] for b in biases], [p[n] for p in perms])
+        assert all(torch.equal(a[n], c) for a, c in zip(pw + pb, one_w + one_b))
 
 
 def test_decoding_a_damaged_graph_names_the_layer():

@@ -12,7 +12,7 @@ from neuralgraph.graph.core import (
     num_node_types,
 )
 from neuralgraph.graph.modules import LayerConverter, graph_to_module, module_to_graph, register_converter
-from neuralgraph.graph.permutation import permute_mlp, random_hidden_permutation
+from neuralgraph.graph.permutation import permute_mlp, random_hidden_permutation, random_hidden_permutations
 
 __all__ = [
     "GraphConversionError",
@@ -30,5 +30,6 @@ __all__ = [
     "num_node_types",
     "permute_mlp",
     "random_hidden_permutation",
+    "random_hidden_permutations",
     "register_converter",
 ]
