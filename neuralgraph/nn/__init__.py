@@ -11,6 +11,9 @@ from neuralgraph.nn.budget import BudgetMatch, match_budget
 
 # Architectures register themselves on import.
 from neuralgraph.nn import gmn, ng_gnn, ng_t, nft  # noqa: E402,F401  isort: skip
+from neuralgraph.nn import dws  # noqa: E402,F401  isort: skip
+from neuralgraph.nn import nfn_hnp  # noqa: E402,F401  isort: skip
+from neuralgraph.nn import nfn_np  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "METANETS",
