@@ -5,11 +5,11 @@ Differences from a bare LightningCLI, all in the spirit of the paper's protocol:
 * ``fit`` ends with ``test`` at the best-validation checkpoint (``--test_after_fit false``
   turns it off), so reported test metrics are never a minimum over test epochs;
 * checkpoints: the best by ``val/loss`` and ``last.ckpt`` (resume with ``--ckpt_path last``);
-* CSV logs always, TensorBoard too when installed; ``seed_everything`` defaults to 0.
+* Lightning's default logger: CSV, or TensorBoard when it is installed, under
+  ``trainer.default_root_dir``; ``seed_everything`` defaults to 0.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -17,15 +17,6 @@ from lightning.pytorch.cli import LightningCLI
 
 from neuralgraph.training.datamodule import MnistInrDataModule
 from neuralgraph.training.tasks import MetanetTask
-
-
-def default_loggers(save_dir: str = "runs") -> list[dict]:
-    """CSV always (benchmarks read it); TensorBoard as well when it is installed."""
-    loggers = [{"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": save_dir, "name": ""}}]
-    if importlib.util.find_spec("tensorboard") is not None:
-        loggers.append({"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                        "init_args": {"save_dir": save_dir, "name": "tensorboard", "default_hp_metric": False}})
-    return loggers
 
 
 class NeuralgraphCLI(LightningCLI):
@@ -48,7 +39,6 @@ def run_lightning_cli(argv: list[str]) -> NeuralgraphCLI:
         trainer_defaults={
             "max_epochs": 150,
             "deterministic": "warn",
-            "logger": default_loggers(),
             "callbacks": [ModelCheckpoint(monitor="val/loss", mode="min", save_last=True, filename="best-{epoch}")],
         },
         args=argv,

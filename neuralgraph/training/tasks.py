@@ -15,6 +15,7 @@ best-validation checkpoint by the CLI, never as a minimum over test epochs.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Optional
 
 import lightning as L
@@ -28,6 +29,7 @@ from neuralgraph.morphology import EDITS
 from neuralgraph.nn import InvariantReadout, WeightDecoder, build_metanet, match_budget
 from neuralgraph.nn.budget import count_trainable
 from neuralgraph.training.batch import InrBatch
+from neuralgraph.training.visualize import save_editing_grid
 
 STAGES = ("train", "val", "test")
 
@@ -198,6 +200,32 @@ class InrEditing(MetanetTask):
 
     def on_test_epoch_end(self):
         self._log_epoch_metrics("test")
+
+    def on_fit_end(self):
+        self.write_grid("fit")
+
+    def on_test_end(self):
+        self.write_grid("test")
+
+    @torch.no_grad()
+    def write_grid(self, when: str, rows: int = 6) -> Optional[Path]:
+        """PNG of the first ``rows`` test INRs: input, target, OCE average, members (in the log dir)."""
+        datamodule = getattr(self.trainer, "datamodule", None)
+        if datamodule is None or not self.trainer.is_global_zero:
+            return None
+        datamodule.setup("test")
+        indices = list(range(min(rows, len(datamodule.datasets["test"]))))
+        batch = datamodule.test_dataloader().collate_fn(indices)
+        batch = self.transfer_batch_to_device(batch, self.device, 0)
+        was_training = self.training
+        self.eval()
+        _, outputs = self.loss_and_outputs(batch)
+        self.train(was_training)
+        inputs = render(*graph_to_mlp(batch.graph), tuple(batch.image.shape[-2:]))
+        path = Path(self.trainer.log_dir or ".") / f"editing_{when}.png"
+        save_editing_grid(path, inputs, outputs["prediction"], outputs["members"], outputs["target"])
+        self.print(f"wrote {path}")
+        return path
 
 
 class InrClassification(MetanetTask):

@@ -1,0 +1,132 @@
+"""Lightning data module over the MNIST-INR dataset: builds it on first use, batches to PyG.
+
+Batches are built from in-memory tensors by index (no per-INR ``Data`` objects): the weights of
+the batch are stacked and converted with the batched :func:`~neuralgraph.graph.mlp_to_graph`.
+Shuffling is seeded per epoch (``seed + epoch``), so a run resumed from a checkpoint sees the
+same batches as an uninterrupted one.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutations
+from neuralgraph.training.batch import InrBatch
+
+SPLITS = ("train", "val", "test")
+
+
+class EpochSeededSampler(Sampler[int]):
+    """A permutation of ``range(size)`` drawn from ``seed + epoch`` (Lightning calls ``set_epoch``)."""
+
+    def __init__(self, size: int, seed: int, shuffle: bool = True):
+        self.size, self.seed, self.shuffle, self.epoch = size, seed, shuffle, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        if not self.shuffle:
+            return iter(range(self.size))
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.size, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class InrCollator:
+    """Index list -> :class:`InrBatch`, optionally with a random hidden permutation per INR."""
+
+    def __init__(self, dataset, permutation_augmentation: bool = False):
+        self.dataset = dataset
+        self.permutation_augmentation = permutation_augmentation
+
+    def __call__(self, indices: list[int]) -> InrBatch:
+        index = torch.as_tensor(indices, dtype=torch.long)
+        weights, biases, images, labels = self.dataset.take(index)
+        if self.permutation_augmentation:
+            layout = (weights[0].shape[2], *(w.shape[1] for w in weights))
+            weights, biases = permute_mlp(weights, biases, random_hidden_permutations(layout, len(index)))
+        return InrBatch(mlp_to_graph(weights, biases), images, labels, index)
+
+
+class MnistInrDataModule(L.LightningDataModule):
+    """MNIST INRs (SIREN 2-32-32-1) with images and labels, for every task of the package.
+
+    Args:
+        root: dataset folder (shards + manifest). Missing INRs are fitted on first use with
+            ``neuralgraph make-inrs`` machinery (a message and a progress bar say so).
+        source: ``"full"`` MNIST (``NEURALGRAPH_MNIST``, the user cache, or a verified download)
+            or ``"embedded"``, the subset shipped with the package.
+        batch_size, num_workers: DataLoader settings.
+        limit_train, limit_val, limit_test: use the first N INRs of a split (None: all). The
+            generator makes exactly these prefixes when the dataset is built on first use.
+        permutation_augmentation: permute each training INR's hidden neurons at random.
+        seed: seed of the per-epoch shuffling.
+    """
+
+    def __init__(
+        self,
+        root: str = "data/inrs",
+        source: str = "full",
+        batch_size: int = 32,
+        num_workers: int = 0,
+        limit_train: Optional[int] = None,
+        limit_val: Optional[int] = None,
+        limit_test: Optional[int] = None,
+        permutation_augmentation: bool = False,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.datasets: dict = {}
+
+    def limit(self, split: str) -> Optional[int]:
+        return getattr(self.hparams, f"limit_{split}")
+
+    def prepare_data(self) -> None:
+        from neuralgraph.data.generate import ensure_dataset
+
+        hp = self.hparams
+        ensure_dataset(Path(hp.root), {split: self.limit(split) for split in SPLITS}, source=hp.source)
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        from neuralgraph.data.inr_dataset import InrDataset
+
+        for split in SPLITS:
+            if split not in self.datasets:
+                self.datasets[split] = InrDataset(self.hparams.root, split, limit=self.limit(split))
+
+    @property
+    def layout(self) -> tuple[int, ...]:
+        self.setup()
+        return self.datasets["train"].layout
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        hp = self.hparams
+        dataset = self.datasets[split]
+        return DataLoader(
+            range(len(dataset)),
+            batch_size=hp.batch_size,
+            sampler=EpochSeededSampler(len(dataset), hp.seed, shuffle),
+            collate_fn=InrCollator(dataset, hp.permutation_augmentation and split == "train"),
+            num_workers=hp.num_workers,
+            persistent_workers=hp.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
