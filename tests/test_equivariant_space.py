@@ -6,6 +6,8 @@ parameter draws must span a space of exactly that dimension and each must commut
 """
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -21,6 +23,7 @@ from neuralgraph.theory.equivariant_space import (
     coordinate_permutation,
     linear_map_matrix,
     orbit_count,
+    parameter_count,
     span_rank,
     unflatten_parameters,
 )
@@ -49,14 +52,21 @@ def one_channel_layer(name: str, layout):
     return model.layers[0].double()
 
 
+@functools.lru_cache(maxsize=4)
+def encoded_batch(layout, vectors_key: bytes) -> EncodedGraph:
+    """The graphs of a batch of weight-space vectors, built once per layout (draws reuse them)."""
+    vectors = torch.frombuffer(bytearray(vectors_key), dtype=torch.float64).view(-1, parameter_count(layout))
+    weights, biases = zip(*[unflatten_parameters(v, layout) for v in vectors])
+    graph = mlp_to_graph([torch.stack(w) for w in zip(*weights)], [torch.stack(b) for b in zip(*biases)])
+    return EncodedGraph(graph.x, graph.edge_attr, graph.edge_index, graph.edge_layer, graph.num_edges, graph)
+
+
 def layer_matrix(layer, layout) -> torch.Tensor:
     """Matrix of the layer's linear part on weight space, from one forward over a batch."""
 
     def apply(vectors):
-        weights, biases = zip(*[unflatten_parameters(v, layout) for v in vectors])
-        graph = mlp_to_graph([torch.stack(w) for w in zip(*weights)], [torch.stack(b) for b in zip(*biases)])
-        encoded = EncodedGraph(graph.x, graph.edge_attr, graph.edge_index, graph.edge_layer, graph.num_edges, graph)
-        node, edge = layer(graph.x, graph.edge_attr, encoded)
+        encoded = encoded_batch(layout, vectors.numpy().tobytes())
+        node, edge = layer(encoded.node, encoded.edge, encoded)
         B = len(vectors)
         return torch.cat([edge.view(B, -1), node.view(B, -1)[:, layout[0] :]], dim=1)
 
