@@ -13,6 +13,8 @@ import sys
 # subcommand -> (module under neuralgraph.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "build, render and (when available) train on the embedded MNIST subset"),
+    "make-inrs": ("make_inrs", "fit one SIREN per MNIST digit into a resumable sharded dataset"),
+    "inr-stats": ("inr_stats", "per-layer weight/bias statistics and PSNR quantiles of an INR dataset"),
 }
 LIGHTNING_VERBS = ("fit", "validate", "test", "predict")
 

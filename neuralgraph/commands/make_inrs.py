@@ -1,0 +1,42 @@
+"""`neuralgraph make-inrs`: fit one SIREN per MNIST digit into resumable safetensors shards."""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from neuralgraph.data.generate import SPLITS, GenerationSettings, make_inrs
+from neuralgraph.inr import DWS_MNIST, INITS, FitConfig, SirenConvention
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="dataset folder (created; rerun the same command to resume)")
+    parser.add_argument("--split", choices=SPLITS + ("all",), default="all")
+    parser.add_argument("--limit", type=int, default=None, help="keep the first N digits of each split")
+    parser.add_argument("--shard-size", type=int, default=1000, help="INRs per safetensors shard")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (bitwise determinism is guaranteed on cpu)")
+    parser.add_argument("--source", choices=("full", "embedded"), default="full",
+                        help="full MNIST files, or the subset embedded in the package (offline)")
+    parser.add_argument("--mnist", default=None, help="folder of the MNIST IDX files (default: $NEURALGRAPH_MNIST, cache)")
+    parser.add_argument("--seed", type=int, default=0, help="base seed of the INR initialisations")
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of the train/val partition")
+    parser.add_argument("--init", choices=INITS, default=DWS_MNIST.init, help="SIREN initialisation scheme")
+    parser.add_argument("--steps", type=int, default=FitConfig.steps, help="Adam steps at most per INR")
+    parser.add_argument("--pool-size", type=int, default=FitConfig.pool_size,
+                        help="INRs optimised together (speed only)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    settings = GenerationSettings(
+        convention=SirenConvention(init=args.init),
+        fit=FitConfig(steps=args.steps, pool_size=args.pool_size),
+        seed=args.seed, split_seed=args.split_seed, source=args.source, shard_size=args.shard_size,
+    )
+    splits = SPLITS if args.split == "all" else (args.split,)
+    manifest = make_inrs(args.out, splits, args.limit, settings, args.device, args.mnist)
+    for split in splits:
+        print(f"{split}: {manifest['splits'][split]['count']} INRs in {len(manifest['splits'][split]['shards'])} shards")
+    return 0

@@ -1,0 +1,208 @@
+"""Build the MNIST-INR dataset: one fitted SIREN per digit, in resumable safetensors shards.
+
+Layout of a dataset folder::
+
+    manifest.json              settings, split membership, one entry per finished shard
+    train-00000.safetensors    layer{l}.weight [n, d_out, d_in], layer{l}.bias [n, d_out],
+    ...                        image [n, 28, 28] uint8, label, mnist_index, psnr, steps
+
+Splits: ``train`` (55,000) and ``val`` (5,000) partition MNIST's training set, ``val`` being
+the first 5,000 of ``numpy.random.default_rng(split_seed).permutation(60000)``; ``test`` is
+MNIST's test set. Each split is in increasing MNIST index, and ``limit`` keeps the first
+``limit`` of it, so small datasets are prefixes of the full one. INR seeds come from
+``(seed, MNIST split, MNIST index)`` and batched fitting does not couple INRs, so an INR is
+the same bitwise whatever shard, batch or run it is fitted in (on CPU).
+
+Shards are written to a temporary file and renamed; the manifest records a shard's sha256
+only after the rename. A run killed at any moment and started again skips the recorded
+shards and refits the others, which yields the same bytes as an uninterrupted run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from neuralgraph.data.mnist import Digits, PathLike, load_digits
+from neuralgraph.inr import DWS_MNIST, FitConfig, SirenConvention, fit_inrs
+
+MANIFEST = "manifest.json"
+FORMAT = "neuralgraph-mnist-inrs/1"
+SPLITS = ("train", "val", "test")
+MNIST_SPLIT_OF = {"train": "train", "val": "train", "test": "test"}
+VAL_SIZE = 5000
+MNIST_TRAIN_SIZE = 60000
+
+
+class DatasetError(ValueError):
+    """A dataset folder that cannot be used as is; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """What determines every byte of a dataset folder (recorded in, and checked against, its manifest)."""
+
+    convention: SirenConvention = DWS_MNIST
+    fit: FitConfig = FitConfig()
+    seed: int = 0
+    split_seed: int = 0
+    source: str = "full"
+    shard_size: int = 1000
+
+    def to_dict(self) -> dict:
+        return {"convention": self.convention.to_dict(), "fit": self.fit_dict(), "seed": self.seed,
+                "split_seed": self.split_seed, "source": self.source, "shard_size": self.shard_size}
+
+    def fit_dict(self) -> dict:
+        """The fitting settings that change results (``pool_size`` only changes speed)."""
+        return {k: v for k, v in self.fit.to_dict().items() if k != "pool_size"}
+
+
+def val_indices(split_seed: int) -> np.ndarray:
+    """MNIST training indices of the validation split, increasing."""
+    return np.sort(np.random.default_rng(split_seed).permutation(MNIST_TRAIN_SIZE)[:VAL_SIZE])
+
+
+def split_digits(split: str, source: str, split_seed: int, limit: Optional[int] = None,
+                 root: Optional[PathLike] = None) -> Digits:
+    """The digits of ``split`` in increasing MNIST index, the first ``limit`` of them."""
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r}: expected one of {SPLITS}")
+    digits = load_digits(MNIST_SPLIT_OF[split], source, root)
+    if split != "test":
+        in_val = np.isin(digits.indices, val_indices(split_seed))
+        keep = in_val if split == "val" else ~in_val
+        digits = Digits(digits.images[keep], digits.labels[keep], digits.indices[keep])
+    if limit is not None:
+        digits = Digits(digits.images[:limit], digits.labels[:limit], digits.indices[:limit])
+    return digits
+
+
+def inr_seed(seed: int, mnist_split: str, index: int) -> int:
+    """Initialisation seed of the INR of MNIST digit ``index`` of ``mnist_split``."""
+    return int(np.random.SeedSequence([seed, ("train", "test").index(mnist_split), int(index)]).generate_state(1)[0])
+
+
+def shard_name(split: str, k: int) -> str:
+    return f"{split}-{k:05d}.safetensors"
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_manifest(root: PathLike) -> dict:
+    """The manifest of a dataset folder; a clear error when it is missing or unreadable."""
+    path = Path(root) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError as err:
+        raise DatasetError(f"{path}: no manifest; is {root} a dataset made by `neuralgraph make-inrs`?") from err
+    except json.JSONDecodeError as err:
+        raise DatasetError(f"{path}: not valid JSON ({err})") from err
+    if manifest.get("format") != FORMAT:
+        raise DatasetError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    return manifest
+
+
+def check_settings(manifest: dict, expected: dict, path: Path) -> None:
+    """Error naming the first field of ``expected`` whose manifest value differs."""
+    for key, value in expected.items():
+        found = manifest.get(key)
+        if isinstance(value, dict) and isinstance(found, dict):
+            check_settings(found, value, path)
+        elif found != value:
+            raise DatasetError(f"{path}: {key} is {found!r} in the manifest, but this run uses {value!r}")
+
+
+def _write_atomic(path: Path, write) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _write_manifest(root: Path, manifest: dict) -> None:
+    _write_atomic(root / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n"))
+
+
+def _fit_shard(digits: Digits, mnist_split: str, settings: GenerationSettings, device, bar: tqdm) -> dict:
+    """Fit the INRs of ``digits``; the tensors of one shard."""
+    images = torch.from_numpy(digits.images).float() / 255
+    seeds = [inr_seed(settings.seed, mnist_split, i) for i in digits.indices]
+    result = fit_inrs(images, seeds, settings.convention, settings.fit, device, on_finished=bar.update)
+    tensors = {}
+    for l, (w, b) in enumerate(zip(result.weights, result.biases), start=1):
+        tensors[f"layer{l}.weight"] = w.contiguous()
+        tensors[f"layer{l}.bias"] = b.contiguous()
+    tensors.update(
+        image=torch.from_numpy(np.ascontiguousarray(digits.images)),
+        label=torch.from_numpy(digits.labels.astype(np.int64)),
+        mnist_index=torch.from_numpy(digits.indices.astype(np.int64)),
+        psnr=result.psnr.contiguous(),
+        steps=result.steps.contiguous(),
+    )
+    return tensors
+
+
+def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[int] = None,
+              settings: GenerationSettings = GenerationSettings(), device: str = "cpu",
+              root: Optional[PathLike] = None, progress: bool = True) -> dict:
+    """Fit and write (or finish writing) the INRs of ``splits`` into ``out``; return the manifest.
+
+    Resuming into a folder whose manifest has other settings, or a split with another
+    ``limit``, is an error naming the field; so is a recorded shard whose sha256 changed.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / MANIFEST
+    if manifest_path.exists():
+        manifest = read_manifest(out)
+        check_settings(manifest, settings.to_dict(), manifest_path)
+    else:
+        manifest = {"format": FORMAT, **settings.to_dict(), "splits": {}}
+    plans = {}
+    for split in splits:
+        digits = split_digits(split, settings.source, settings.split_seed, limit, root)
+        entry = manifest["splits"].setdefault(split, {
+            "limit": limit, "count": len(digits), "mnist_split": MNIST_SPLIT_OF[split],
+            "mnist_indices": digits.indices.tolist(), "shards": []})
+        if entry["limit"] != limit:
+            raise DatasetError(f"{manifest_path}: split {split} was made with limit {entry['limit']}, "
+                               f"this run uses {limit}")
+        plans[split] = digits
+    _write_manifest(out, manifest)
+    total = sum(len(d) for d in plans.values())
+    done = sum(sum(s["count"] for s in manifest["splits"][split]["shards"]) for split in plans)
+    with tqdm(total=total, initial=done, unit="INR", desc=f"make-inrs {out}", disable=not progress,
+              dynamic_ncols=True) as bar:
+        for split, digits in plans.items():
+            entry = manifest["splits"][split]
+            recorded = {s["file"]: s for s in entry["shards"]}
+            for k, start in enumerate(range(0, len(digits), settings.shard_size)):
+                name = shard_name(split, k)
+                path = out / name
+                if name in recorded:
+                    if not path.exists():
+                        raise DatasetError(f"{path}: listed in the manifest but missing")
+                    if sha256_file(path) != recorded[name]["sha256"]:
+                        raise DatasetError(f"{path}: sha256 differs from the manifest's; the shard is corrupt")
+                    continue
+                # an unrecorded shard (even a complete one: killed before the manifest was
+                # updated) is refitted; fitting is deterministic, so the bytes are the same
+                chunk = Digits(*(a[start:start + settings.shard_size] for a in (digits.images, digits.labels,
+                                                                                 digits.indices)))
+                tensors = _fit_shard(chunk, MNIST_SPLIT_OF[split], settings, device, bar)
+                _write_atomic(path, lambda p: save_file(tensors, str(p)))
+                entry["shards"].append({"file": name, "count": len(chunk), "sha256": sha256_file(path)})
+                _write_manifest(out, manifest)
+    return manifest

@@ -1,0 +1,118 @@
+"""The MNIST-INR dataset as a torch ``Dataset``, held in memory, batched into parameter graphs."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors
+from torch import Tensor
+from torch.utils.data import Dataset
+from torch_geometric.data import Batch
+
+from neuralgraph.data.generate import DatasetError, check_settings, read_manifest, sha256_file
+from neuralgraph.graph import mlp_to_graph
+from neuralgraph.inr import SirenConvention
+from neuralgraph.morphology import EDITS
+
+
+class InrDataset(Dataset):
+    """The INRs of one split of a ``make-inrs`` folder, every shard loaded once into memory.
+
+    Item ``i`` is a dict: ``weights`` (list of ``[d_out, d_in]``), ``biases`` (list of
+    ``[d_out]``), ``image`` ``[28, 28]`` float in ``[0, 1]``, ``target`` = ``edit(image)``
+    (3x3 dilation by default, see :mod:`neuralgraph.morphology`), ``label``, ``mnist_index``
+    and ``psnr``. :meth:`batch` returns many items at once as a parameter-graph ``Batch``.
+
+    Every shard's sha256 is checked against the manifest; with ``convention`` given, a
+    dataset of another convention is refused.
+    """
+
+    def __init__(self, root: str | Path, split: str = "train", convention: Optional[SirenConvention] = None,
+                 edit: str = "dilation"):
+        self.root = Path(root)
+        manifest = read_manifest(self.root)
+        manifest_path = self.root / "manifest.json"
+        if convention is not None:
+            check_settings(manifest, {"convention": convention.to_dict()}, manifest_path)
+        if split not in manifest["splits"]:
+            raise DatasetError(f"{manifest_path}: no split {split!r} (has {sorted(manifest['splits'])})")
+        if edit not in EDITS:
+            raise ValueError(f"unknown edit {edit!r}; expected one of {sorted(EDITS)}")
+        self.convention = SirenConvention.from_dict(manifest["convention"])
+        self.split, self.edit = split, edit
+        entry = manifest["splits"][split]
+        shards = [self._load_shard(s) for s in entry["shards"]]
+        found = sum(len(s["label"]) for s in shards)
+        if found != entry["count"]:
+            raise DatasetError(f"{manifest_path}: split {split} lists {entry['count']} INRs, its shards hold {found} "
+                               "(an unfinished run? rerun the same make-inrs command)")
+        num_layers = len(self.convention.layout) - 1
+        self.weights = [torch.cat([s[f"layer{l}.weight"] for s in shards]) for l in range(1, num_layers + 1)]
+        self.biases = [torch.cat([s[f"layer{l}.bias"] for s in shards]) for l in range(1, num_layers + 1)]
+        def cat(key: str) -> Tensor:
+            return torch.cat([s[key] for s in shards])
+
+        self.labels, self.mnist_indices, self.psnrs, self.steps = (cat(k) for k in ("label", "mnist_index", "psnr", "steps"))
+        if self.mnist_indices.tolist() != entry["mnist_indices"]:
+            raise DatasetError(f"{manifest_path}: the shards' mnist_index does not match split {split}'s membership")
+        self.images = cat("image").float() / 255
+        self.targets = EDITS[edit](self.images)
+
+    def _load_shard(self, record: dict) -> dict[str, Tensor]:
+        path = self.root / record["file"]
+        if not path.exists():
+            raise DatasetError(f"{path}: shard listed in the manifest is missing")
+        if sha256_file(path) != record["sha256"]:
+            raise DatasetError(f"{path}: sha256 differs from the manifest's; the shard is corrupt or was changed")
+        try:
+            tensors = load_safetensors(path.read_bytes())
+        except (SafetensorError, ValueError) as err:
+            raise DatasetError(f"{path}: not a readable safetensors file ({err})") from err
+        layout = self.convention.layout
+        expected = {key: (record["count"],) for key in ("label", "mnist_index", "psnr", "steps")}
+        expected["image"] = (record["count"], 28, 28)
+        for l, (d_in, d_out) in enumerate(zip(layout[:-1], layout[1:]), start=1):
+            expected[f"layer{l}.weight"] = (record["count"], d_out, d_in)
+            expected[f"layer{l}.bias"] = (record["count"], d_out)
+        for key, shape in expected.items():
+            if key not in tensors:
+                raise DatasetError(f"{path}: tensor {key!r} is missing")
+            if tuple(tensors[key].shape) != shape:
+                raise DatasetError(f"{path}: tensor {key!r} has shape {tuple(tensors[key].shape)}, expected {shape}")
+        return tensors
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> dict:
+        return {
+            "index": i,
+            "weights": [w[i] for w in self.weights],
+            "biases": [b[i] for b in self.biases],
+            "image": self.images[i],
+            "target": self.targets[i],
+            "label": self.labels[i],
+            "mnist_index": self.mnist_indices[i],
+            "psnr": self.psnrs[i],
+        }
+
+    def batch(self, indices: Sequence[int] | Tensor) -> tuple[Batch, dict[str, Tensor]]:
+        """INRs ``indices`` as one parameter-graph ``Batch`` (the batched ``mlp_to_graph``
+        path) and their per-INR tensors ``image``, ``target``, ``label``, ``mnist_index``, ``psnr``."""
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        graph = mlp_to_graph([w[idx] for w in self.weights], [b[idx] for b in self.biases])
+        extras = {"image": self.images[idx], "target": self.targets[idx], "label": self.labels[idx],
+                  "mnist_index": self.mnist_indices[idx], "psnr": self.psnrs[idx]}
+        return graph, extras
+
+
+def collate_inrs(items: Sequence[dict]) -> tuple[Batch, dict[str, Tensor]]:
+    """``DataLoader`` collate for :class:`InrDataset` items: stack, then one batched ``mlp_to_graph``."""
+    num_layers = len(items[0]["weights"])
+    graph = mlp_to_graph([torch.stack([it["weights"][l] for it in items]) for l in range(num_layers)],
+                         [torch.stack([it["biases"][l] for it in items]) for l in range(num_layers)])
+    extras = {key: torch.stack([torch.as_tensor(it[key]) for it in items])
+              for key in ("index", "image", "target", "label", "mnist_index", "psnr")}
+    return graph, extras

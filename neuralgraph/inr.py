@@ -1,0 +1,398 @@
+"""SIREN implicit neural representations of images: convention, rendering, batched fitting.
+
+A SIREN with layout ``(2, d_1, ..., d_{L-1}, 1)`` maps a pixel coordinate ``p`` to a grey value:
+
+.. math::
+    h_0 = p, \\qquad h_l = \\sin\\big(\\omega_0 (W_l h_{l-1} + b_l)\\big) \\ (0 < l < L), \\qquad
+    f(p) = W_L h_{L-1} + b_L + c
+
+with ``nn.Linear`` weights ``W_l`` of shape ``[d_l, d_{l-1}]``. The default
+:class:`SirenConvention` is the one of the DWS MNIST INRs used by the field's benchmark
+(``\\omega_0 = 30``, ``c = 0.5``, layout 2-32-32-1, ``(column, row)`` coordinates in
+``[-1, 1]^2``); see ``docs/inr.md``.
+
+:func:`render` is the differentiable batched forward (any resolution). :func:`fit_inrs`
+fits many INRs at once with a hand-written backward pass and an in-place Adam update; every
+INR's trajectory depends only on its own image and seed, never on which other INRs share
+its batch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+GRID_ORIENTATIONS = ("ij", "xy")
+INITS = ("dws", "siren")
+
+
+@dataclass(frozen=True)
+class SirenConvention:
+    """Everything needed to turn SIREN weights back into the image they encode.
+
+    Attributes:
+        layout: layer widths ``(2, d_1, ..., 1)``.
+        w0: frequency ``\\omega_0`` inside every hidden ``sin``.
+        output_offset: constant ``c`` added to the linear output layer.
+        grid: ``"ij"``: input 0 is the row coordinate (-1 at the top row, +1 at the bottom),
+            input 1 the column coordinate (-1 left, +1 right), i.e.
+            ``torch.meshgrid(linspace(-1, 1, H), linspace(-1, 1, W), indexing="ij")``;
+            ``"xy"``: input 0 is the column, input 1 the row.
+        init: ``"dws"`` (DWSNets' ``nn/inr.py``): sine layers ``U(+-sqrt(6 / fan_in) / w0)``
+            with zero biases, the output layer ``nn.Linear``'s default (weight and bias
+            ``U(+-1 / sqrt(fan_in))``); ``"siren"`` (Sitzmann et al.): the first layer
+            ``U(+-1 / fan_in)``, every other layer ``U(+-sqrt(6 / fan_in) / w0)``, zero biases.
+    """
+
+    layout: tuple[int, ...] = (2, 32, 32, 1)
+    w0: float = 30.0
+    output_offset: float = 0.5
+    grid: str = "xy"
+    init: str = "dws"
+
+    def __post_init__(self):
+        layout = tuple(int(d) for d in self.layout)
+        object.__setattr__(self, "layout", layout)
+        if len(layout) < 3 or layout[0] != 2 or layout[-1] != 1:
+            raise ValueError(f"SirenConvention.layout {layout}: expected (2, hidden..., 1) with >= 1 hidden layer")
+        if self.grid not in GRID_ORIENTATIONS:
+            raise ValueError(f"SirenConvention.grid {self.grid!r}: expected one of {GRID_ORIENTATIONS}")
+        if self.init not in INITS:
+            raise ValueError(f"SirenConvention.init {self.init!r}: expected one of {INITS}")
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "layout": list(self.layout)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "SirenConvention":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - fields
+        if unknown:
+            raise ValueError(f"SirenConvention: unknown fields {sorted(unknown)}")
+        return cls(**data)
+
+    @property
+    def num_parameters(self) -> int:
+        return sum((d_in + 1) * d_out for d_in, d_out in zip(self.layout[:-1], self.layout[1:]))
+
+
+DWS_MNIST = SirenConvention()
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """Adam on the per-image mean squared error, stopping each INR at ``target_psnr``.
+
+    ``pool_size`` INRs are optimised together; a finished INR leaves the pool and the next
+    image takes its place, so the pool stays full (it changes speed, never results).
+    """
+
+    steps: int = 1000
+    lr: float = 5e-4
+    target_psnr: float = 40.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    pool_size: int = 64
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "betas": list(self.betas)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FitConfig":
+        return cls(**{**data, "betas": tuple(data["betas"])})
+
+
+def grid_axes(height: int, width: int, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
+    """Row and column coordinates of a ``height x width`` image: ``linspace(-1, 1, .)`` each."""
+    return (
+        torch.linspace(-1, 1, height, device=device, dtype=dtype),
+        torch.linspace(-1, 1, width, device=device, dtype=dtype),
+    )
+
+
+def grid_coordinates(height: int, width: int, convention: SirenConvention = DWS_MNIST, device=None,
+                     dtype=torch.float32) -> Tensor:
+    """The ``[height * width, 2]`` network inputs, pixels in row-major order."""
+    rows, cols = torch.meshgrid(*grid_axes(height, width, device, dtype), indexing="ij")
+    pair = (rows, cols) if convention.grid == "ij" else (cols, rows)
+    return torch.stack([c.reshape(-1) for c in pair], dim=1)
+
+
+def render(weights: Sequence[Tensor], biases: Sequence[Tensor], resolution: int | tuple[int, int] = 28,
+           convention: SirenConvention = DWS_MNIST) -> Tensor:
+    """Images of ``B`` INRs, ``[B, H, W]`` (``[H, W]`` for unbatched weights); differentiable.
+
+    ``weights[l]`` is ``[B, d_out, d_in]`` and ``biases[l]`` is ``[B, d_out]``, as
+    ``graph_to_mlp`` returns them for a batch; all INRs are evaluated by batched matmuls.
+    """
+    height, width = (resolution, resolution) if isinstance(resolution, int) else resolution
+    if len(weights) != len(convention.layout) - 1:
+        raise ValueError(f"render: got {len(weights)} layers, convention layout {convention.layout} has "
+                         f"{len(convention.layout) - 1}")
+    single = weights[0].dim() == 2
+    if single:
+        weights, biases = [w.unsqueeze(0) for w in weights], [b.unsqueeze(0) for b in biases]
+    h = grid_coordinates(height, width, convention, weights[0].device, weights[0].dtype)
+    for l, (w, b) in enumerate(zip(weights, biases), start=1):
+        expected = (convention.layout[l], convention.layout[l - 1])
+        if tuple(w.shape[1:]) != expected:
+            raise ValueError(f"render: layer {l} weight {tuple(w.shape)} does not match [B, {expected[0]}, {expected[1]}]")
+        h = torch.matmul(h, w.transpose(1, 2)) + b.unsqueeze(1)
+        if l < len(weights):
+            h = torch.sin(convention.w0 * h)
+    images = (h.squeeze(-1) + convention.output_offset).view(-1, height, width)
+    return images[0] if single else images
+
+
+def psnr(prediction: Tensor, target: Tensor) -> Tensor:
+    """Peak signal-to-noise ratio in dB for values in ``[0, 1]``, one per image ``[B, ...]``."""
+    mse = (prediction - target).flatten(1).square().mean(1)
+    return -10 * torch.log10(mse)
+
+
+class Sine(nn.Module):
+    """``sin(w0 * x)``."""
+
+    def __init__(self, w0: float):
+        super().__init__()
+        self.w0 = w0
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.sin(self.w0 * x)
+
+
+class Siren(nn.Sequential):
+    """One SIREN as a plain ``nn.Sequential`` of ``nn.Linear`` and :class:`Sine`.
+
+    ``forward(coords)`` maps ``[P, 2]`` coordinates to ``[P, 1]`` values, without the output
+    offset (add ``convention.output_offset``); :meth:`load` copies in given weights. Its
+    ``nn.Linear`` layers make it convertible by ``module_to_graph``.
+    """
+
+    def __init__(self, convention: SirenConvention = DWS_MNIST):
+        layers: list[nn.Module] = []
+        for l, (d_in, d_out) in enumerate(zip(convention.layout[:-1], convention.layout[1:]), start=1):
+            layers.append(nn.Linear(d_in, d_out))
+            if l < len(convention.layout) - 1:
+                layers.append(Sine(convention.w0))
+        super().__init__(*layers)
+        self.convention = convention
+
+    def linears(self) -> list[nn.Linear]:
+        return [m for m in self if isinstance(m, nn.Linear)]
+
+    @torch.no_grad()
+    def load(self, weights: Sequence[Tensor], biases: Sequence[Tensor]) -> "Siren":
+        for layer, w, b in zip(self.linears(), weights, biases):
+            layer.weight.copy_(w)
+            layer.bias.copy_(b)
+        return self
+
+
+def init_siren(seeds: Sequence[int], convention: SirenConvention = DWS_MNIST,
+               dtype=torch.float32) -> tuple[list[Tensor], list[Tensor]]:
+    """Initial weights ``[N, d_out, d_in]`` and biases ``[N, d_out]`` of ``N`` INRs.
+
+    INR ``n`` is drawn from ``torch.Generator().manual_seed(seeds[n])`` alone, layer by layer
+    (weight, then bias), so it does not depend on the other INRs. See :class:`SirenConvention`
+    for the two schemes.
+    """
+    layout = convention.layout
+    num_layers = len(layout) - 1
+    bounds = []  # (weight bound, bias bound) per layer
+    for l, d_in in enumerate(layout[:-1], start=1):
+        sine_bound = math.sqrt(6 / d_in) / convention.w0
+        if l == num_layers and convention.init == "dws":
+            bounds.append((1 / math.sqrt(d_in), 1 / math.sqrt(d_in)))  # nn.Linear's default
+        elif l == 1 and convention.init == "siren":
+            bounds.append((1 / d_in, 0.0))
+        else:
+            bounds.append((sine_bound, 0.0))
+
+    def uniform(shape, bound, generator):
+        return (torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1) * bound
+
+    weights = [[] for _ in range(num_layers)]
+    biases = [[] for _ in range(num_layers)]
+    for seed in seeds:
+        generator = torch.Generator().manual_seed(int(seed))
+        for l, (d_in, d_out) in enumerate(zip(layout[:-1], layout[1:])):
+            weight_bound, bias_bound = bounds[l]
+            weights[l].append(uniform((d_out, d_in), weight_bound, generator))
+            biases[l].append(uniform((d_out,), bias_bound, generator))
+    return ([torch.stack(w).to(dtype) if w else torch.zeros(0, d_out, d_in, dtype=dtype)
+             for w, d_in, d_out in zip(weights, layout[:-1], layout[1:])],
+            [torch.stack(b).to(dtype) if b else torch.zeros(0, d_out, dtype=dtype) for b, d_out in zip(biases, layout[1:])])
+
+
+def pack(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> Tensor:
+    """Flat ``[B, num_parameters]``: per layer, ``[W_l | b_l]`` row-major (bias as last column)."""
+    return torch.cat([torch.cat([w, b.unsqueeze(-1)], -1).flatten(1) for w, b in zip(weights, biases)], 1)
+
+
+def unpack_blocks(flat: Tensor, layout: Sequence[int]) -> list[Tensor]:
+    """Views ``[B, d_out, d_in + 1]`` of :func:`pack`'s flat tensor, one per layer."""
+    blocks, start = [], 0
+    for d_in, d_out in zip(layout[:-1], layout[1:]):
+        size = d_out * (d_in + 1)
+        blocks.append(flat[:, start:start + size].view(-1, d_out, d_in + 1))
+        start += size
+    return blocks
+
+
+def unpack(flat: Tensor, layout: Sequence[int]) -> tuple[list[Tensor], list[Tensor]]:
+    """Inverse of :func:`pack`: contiguous weights ``[B, d_out, d_in]`` and biases ``[B, d_out]``."""
+    blocks = unpack_blocks(flat, layout)
+    return [b[..., :-1].contiguous() for b in blocks], [b[..., -1].contiguous() for b in blocks]
+
+
+class _Workspace:
+    """Preallocated activations for a pool of INRs (reused every step; sliced to the pool).
+
+    Activations are channel-major, ``[B, d, H * W]``, so every layer is one ``bmm`` of the
+    ``[B, d_out, d_in + 1]`` block with the previous activation, which carries an extra row of
+    ones for the bias.
+    """
+
+    def __init__(self, capacity: int, layout: Sequence[int], pixels: int, device, dtype):
+        hidden = layout[1:-1]
+        self.augmented = [torch.ones(capacity, d + 1, pixels, device=device, dtype=dtype) for d in hidden]
+        self.cosines = [torch.empty(capacity, d, pixels, device=device, dtype=dtype) for d in hidden]
+
+
+def _loss_and_gradient(flat: Tensor, targets: Tensor, axes: tuple[Tensor, Tensor], convention: SirenConvention,
+                       space: _Workspace) -> tuple[Tensor, Tensor]:
+    """Per-INR mean squared error ``[B]`` and its gradient ``[B, num_parameters]``.
+
+    Hand-written forward and backward of the SIREN. The first layer is separable on the
+    grid: ``w0 (W p + b) = a_row + a_col``, so ``sin``/``cos`` of it come from the
+    ``H + W`` values of ``sin``/``cos`` of each part (angle addition) instead of ``H * W``.
+    The factor ``w0`` is applied to the small weight blocks, never to activations. ``bmm``
+    never writes into a strided view (``out=`` on a view falls off MKL's batched path).
+    """
+    n, height, width = targets.shape
+    layout, w0 = convention.layout, convention.w0
+    num_layers = len(layout) - 1
+    blocks = unpack_blocks(flat, layout)
+    hs = [a[:n] for a in space.augmented]
+    cs = [c[:n] for c in space.cosines]
+    rows, cols = axes
+    row_input = 0 if convention.grid == "ij" else 1
+    # forward, layer 1 by angle addition
+    first = blocks[0]
+    a_row = w0 * (first[:, :, row_input, None] * rows + first[:, :, 2, None])  # [n, d1, H]
+    a_col = w0 * (first[:, :, 1 - row_input, None] * cols)  # [n, d1, W]
+    sin_r, cos_r, sin_c, cos_c = a_row.sin(), a_row.cos(), a_col.sin(), a_col.cos()
+    d1 = layout[1]
+    h1 = hs[0][:, :d1].view(n, d1, height, width)
+    torch.mul(sin_r.unsqueeze(-1), cos_c.unsqueeze(-2), out=h1)
+    h1.addcmul_(cos_r.unsqueeze(-1), sin_c.unsqueeze(-2))
+    c1 = cs[0].view(n, d1, height, width)
+    torch.mul(cos_r.unsqueeze(-1), cos_c.unsqueeze(-2), out=c1)
+    c1.addcmul_(sin_r.unsqueeze(-1), sin_c.unsqueeze(-2), value=-1)
+    for l in range(2, num_layers):
+        z = torch.bmm(blocks[l - 1] * w0, hs[l - 2])
+        torch.sin(z, out=hs[l - 1][:, :layout[l]])
+        torch.cos(z, out=cs[l - 1])
+    residual = torch.bmm(blocks[-1], hs[-1]).add_(convention.output_offset - targets.view(n, 1, -1))  # [n, 1, P]
+    mse = residual.square().mean((1, 2))
+    # backward
+    g_out = residual.mul_(2 / residual.shape[-1])
+    grad_blocks = [torch.bmm(g_out, hs[-1].transpose(1, 2))]
+    g_z = cs[-1].mul_(blocks[-1][:, 0, :-1].unsqueeze(-1)).mul_(g_out)  # dL/d(w0 (W h + b)), [n, d, P]
+    for l in range(num_layers - 1, 1, -1):
+        grad_blocks.insert(0, torch.bmm(g_z, hs[l - 2].transpose(1, 2)).mul_(w0))
+        g_h = torch.bmm((blocks[l - 1][:, :, :-1] * w0).transpose(1, 2), g_z)
+        g_z = cs[l - 2].mul_(g_h)
+    g_z1 = g_z.view(n, d1, height, width)
+    row_sums, col_sums = g_z1.sum(-1), g_z1.sum(-2)  # [n, d1, H], [n, d1, W]
+    first_grad = torch.stack([(row_sums * rows).sum(-1), (col_sums * cols).sum(-1), row_sums.sum(-1)], -1)
+    if row_input == 1:
+        first_grad = first_grad[..., [1, 0, 2]]
+    grad_blocks.insert(0, first_grad * w0)
+    return mse, torch.cat([g.flatten(1) for g in grad_blocks], 1)
+
+
+@dataclass
+class FitResult:
+    """Fitted INRs: ``weights[l]`` ``[N, d_out, d_in]``, ``biases[l]`` ``[N, d_out]``, final
+    ``psnr`` ``[N]`` (dB, of the returned weights) and Adam ``steps`` taken ``[N]``."""
+
+    weights: list[Tensor]
+    biases: list[Tensor]
+    psnr: Tensor
+    steps: Tensor
+
+
+def fit_inrs(images: Tensor, seeds: Sequence[int], convention: SirenConvention = DWS_MNIST,
+             config: FitConfig = FitConfig(), device: Optional[torch.device | str] = None,
+             on_finished: Optional[Callable[[int], None]] = None) -> FitResult:
+    """Fit one SIREN per image ``[N, H, W]`` (values in ``[0, 1]``), batched.
+
+    INR ``n`` starts from ``init_siren([seeds[n]])`` and takes Adam steps on its own MSE
+    until its PSNR reaches ``config.target_psnr`` (it is then frozen and leaves the pool) or
+    ``config.steps`` steps are done. On CPU the result for an INR is bitwise independent of
+    the other images, their order and the pool size. ``on_finished(k)`` is called as ``k``
+    INRs finish (for progress bars).
+    """
+    if images.dim() != 3:
+        raise ValueError(f"fit_inrs: images must be [N, H, W], got {tuple(images.shape)}")
+    if len(seeds) != len(images):
+        raise ValueError(f"fit_inrs: {len(images)} images but {len(seeds)} seeds")
+    device = torch.device(device) if device is not None else images.device
+    dtype = images.dtype if images.is_floating_point() else torch.float32
+    num, height, width = images.shape
+    layout = convention.layout
+    images = images.to(device, dtype)
+    axes = grid_axes(height, width, device, dtype)
+    capacity = max(1, min(config.pool_size, num))
+    space = _Workspace(capacity, layout, height * width, device, dtype)
+    beta1, beta2 = config.betas
+    min_psnr = torch.tensor(config.target_psnr, dtype=dtype)
+    out_flat = torch.empty(num, convention.num_parameters, dtype=dtype)
+    out_psnr = torch.empty(num, dtype=dtype)
+    out_steps = torch.empty(num, dtype=torch.long)
+
+    def start(ids: Tensor) -> Tensor:
+        weights, biases = init_siren([seeds[i] for i in ids.tolist()], convention, dtype)
+        return pack(weights, biases).to(device)
+
+    ids = torch.arange(min(capacity, num))
+    queued = len(ids)
+    flat = start(ids)
+    exp_avg, exp_avg_sq = torch.zeros_like(flat), torch.zeros_like(flat)
+    step = torch.zeros(len(ids), 1, dtype=dtype, device=device)
+    while len(ids):
+        mse, grad = _loss_and_gradient(flat, images[ids.to(device)], axes, convention, space)
+        current_psnr = -10 * torch.log10(mse).cpu()
+        finished = (current_psnr >= min_psnr) | (step.view(-1).cpu() >= config.steps)
+        if finished.any():
+            done = ids[finished]
+            out_flat[done] = flat[finished.to(device)].cpu()
+            out_psnr[done] = current_psnr[finished]
+            out_steps[done] = step.view(-1)[finished.to(device)].long().cpu()
+            if on_finished is not None:
+                on_finished(len(done))
+        # Adam (torch.optim.Adam's update, with a per-INR step count)
+        step += 1
+        exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        step_size = config.lr / (1 - beta1 ** step)
+        denom = (exp_avg_sq.sqrt() / (1 - beta2 ** step).sqrt()).add_(config.eps)
+        flat.sub_(exp_avg / denom * step_size)
+        if finished.any():
+            keep = ~finished
+            refill = torch.arange(queued, min(queued + int(finished.sum()), num))
+            queued += len(refill)
+            keep_dev = keep.to(device)
+            ids = torch.cat([ids[keep], refill])
+            flat = torch.cat([flat[keep_dev], start(refill)])
+            exp_avg = torch.cat([exp_avg[keep_dev], flat.new_zeros(len(refill), flat.shape[1])])
+            exp_avg_sq = torch.cat([exp_avg_sq[keep_dev], flat.new_zeros(len(refill), flat.shape[1])])
+            step = torch.cat([step[keep_dev], step.new_zeros(len(refill), 1)])
+    weights, biases = unpack(out_flat, layout)
+    return FitResult(weights, biases, out_psnr, out_steps)
