@@ -1,0 +1,166 @@
+"""SIREN convention, rendering, the hand-written gradient and the batched fitter."""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from neuralgraph.data.mnist import load_subset
+from neuralgraph.inr import (
+    DWS_MNIST,
+    FitConfig,
+    Siren,
+    SirenConvention,
+    _loss_and_gradient,
+    _Workspace,
+    fit_inrs,
+    grid_axes,
+    grid_coordinates,
+    init_siren,
+    pack,
+    psnr,
+    render,
+    unpack,
+)
+
+SIREN_INIT = SirenConvention(init="siren")
+conventions = st.builds(
+    SirenConvention,
+    layout=st.lists(st.integers(1, 6), min_size=1, max_size=3).map(lambda h: (2, *h, 1)),
+    w0=st.sampled_from([1.0, 30.0]),
+    output_offset=st.sampled_from([0.0, 0.5]),
+    grid=st.sampled_from(["ij", "xy"]),
+    init=st.sampled_from(["dws", "siren"]),
+)
+
+
+def digits(n):
+    return torch.from_numpy(load_subset("train").images[:n]).float() / 255
+
+
+def perturbed_inrs(convention, n, dtype=torch.float64, seed=0):
+    weights, biases = init_siren(range(n), convention, dtype)
+    g = torch.Generator().manual_seed(seed)
+    return ([w + 0.05 * torch.randn(w.shape, generator=g, dtype=dtype) for w in weights],
+            [b + 0.1 * torch.randn(b.shape, generator=g, dtype=dtype) for b in biases])
+
+
+def test_convention_round_trips_and_rejects_bad_fields():
+    assert SirenConvention.from_dict(SIREN_INIT.to_dict()) == SIREN_INIT
+    assert DWS_MNIST.num_parameters == sum(w.numel() + b.numel() for w, b in zip(*init_siren([0])))
+    with pytest.raises(ValueError, match="grid"):
+        SirenConvention(grid="yx")
+    with pytest.raises(ValueError, match="layout"):
+        SirenConvention(layout=(3, 8, 1))
+    with pytest.raises(ValueError, match="unknown fields"):
+        SirenConvention.from_dict({**DWS_MNIST.to_dict(), "omega": 1})
+
+
+def test_grid_orientation():
+    ij = grid_coordinates(3, 4, SirenConvention(grid="ij"))
+    xy = grid_coordinates(3, 4, SirenConvention(grid="xy"))
+    # pixel (row 0, col 3): top right
+    assert ij[3].tolist() == [-1.0, 1.0] and xy[3].tolist() == [1.0, -1.0]
+    # swapping the first layer's input columns turns an "ij" INR into the "xy" INR of the same image
+    weights, biases = perturbed_inrs(DWS_MNIST, 2)
+    swapped = [weights[0].flip(-1), *weights[1:]]
+    assert torch.allclose(render(weights, biases, 9, SirenConvention(grid="ij")),
+                          render(swapped, biases, 9, SirenConvention(grid="xy")))
+
+
+@settings(max_examples=20, deadline=None)
+@given(conventions, st.integers(1, 3), st.integers(2, 9))
+def test_render_matches_plain_module(convention, n, resolution):
+    weights, biases = perturbed_inrs(convention, n)
+    images = render(weights, biases, resolution, convention)
+    coords = grid_coordinates(resolution, resolution, convention, dtype=torch.float64)
+    for i in range(n):
+        module = Siren(convention).double().load([w[i] for w in weights], [b[i] for b in biases])
+        expected = module(coords).view(resolution, resolution) + convention.output_offset
+        assert torch.allclose(images[i], expected, atol=1e-12)
+    single = render([w[0] for w in weights], [b[0] for b in biases], resolution, convention)
+    assert torch.allclose(single, images[0], atol=1e-12)
+
+
+def test_render_is_differentiable_and_checks_shapes():
+    weights, biases = perturbed_inrs(DWS_MNIST, 2)
+    weights = [w.requires_grad_() for w in weights]
+    render(weights, biases, 64).sum().backward()
+    assert all(w.grad is not None and w.grad.abs().sum() > 0 for w in weights)
+    with pytest.raises(ValueError, match="layer 2"):
+        render([weights[0], weights[1][:, :5], weights[2]], biases)
+
+
+@settings(max_examples=20, deadline=None)
+@given(conventions, st.integers(1, 4), st.integers(2, 7), st.integers(2, 7))
+def test_hand_written_gradient_equals_autograd(convention, n, height, width):
+    weights, biases = perturbed_inrs(convention, n)
+    flat = pack(weights, biases)
+    targets = torch.rand(n, height, width, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    space = _Workspace(n + 2, convention.layout, height * width, "cpu", torch.float64)
+    mse, grad = _loss_and_gradient(flat, targets, grid_axes(height, width, dtype=torch.float64), convention, space)
+    leaf = flat.clone().requires_grad_()
+    reference = (render(*unpack(leaf, convention.layout), (height, width), convention) - targets).square()
+    reference = reference.flatten(1).mean(1)
+    reference.sum().backward()
+    assert torch.allclose(mse, reference, rtol=1e-10, atol=1e-13)
+    assert torch.allclose(grad, leaf.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_init_schemes_and_per_seed_determinism():
+    weights, biases = init_siren([5, 6], DWS_MNIST)
+    again, _ = init_siren([6], DWS_MNIST)
+    assert torch.equal(weights[1][1], again[1][0])
+    assert weights[0].abs().max() <= math.sqrt(6 / 2) / 30
+    assert weights[1].abs().max() <= math.sqrt(6 / 32) / 30
+    assert 0.1 < weights[2].abs().max() <= 1 / math.sqrt(32)  # nn.Linear default for the output layer
+    assert biases[0].abs().sum() == 0 and biases[2].abs().sum() > 0
+    siren_weights, siren_biases = init_siren([5], SIREN_INIT)
+    assert 0.25 < siren_weights[0].abs().max() <= 0.5 and all(b.abs().sum() == 0 for b in siren_biases)
+
+
+def test_fitter_follows_torch_adam_on_a_module():
+    image, steps = digits(1), 25
+    result = fit_inrs(image, [7], DWS_MNIST, FitConfig(steps=steps, target_psnr=100.0))
+    module = Siren(DWS_MNIST).load(*[[t[0] for t in ts] for ts in init_siren([7])])
+    optimizer = torch.optim.Adam(module.parameters(), lr=5e-4)
+    coords = grid_coordinates(28, 28)
+    for _ in range(steps):
+        loss = (module(coords).view(28, 28) + 0.5 - image[0]).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    for layer, w, b in zip(module.linears(), result.weights, result.biases):
+        assert torch.allclose(layer.weight, w[0], atol=2e-5)
+        assert torch.allclose(layer.bias, b[0], atol=2e-5)
+    assert result.steps.tolist() == [steps]
+
+
+def test_fitting_reaches_40db_within_budget():
+    images = digits(4)
+    result = fit_inrs(images, range(4), SIREN_INIT, FitConfig(pool_size=3))
+    assert (result.psnr >= 40).all() and (result.steps < 1000).all()
+    rendered = psnr(render(result.weights, result.biases, 28, SIREN_INIT), images)
+    assert torch.allclose(rendered, result.psnr, atol=0.05)
+
+
+def test_an_inr_does_not_depend_on_its_batch_mates():
+    images = digits(9)
+    config = dict(steps=40, target_psnr=14.0)
+    together = fit_inrs(images, range(9), SIREN_INIT, FitConfig(pool_size=4, **config))
+    assert len(set(together.steps.tolist())) > 1  # INRs left the pool at different steps
+    alone = fit_inrs(images[[5]], [5], SIREN_INIT, FitConfig(pool_size=1, **config))
+    reversed_ = fit_inrs(images.flip(0), range(8, -1, -1), SIREN_INIT, FitConfig(pool_size=9, **config))
+    for a, b, c in zip(together.weights + together.biases, alone.weights + alone.biases,
+                       reversed_.weights + reversed_.biases):
+        assert torch.equal(a[5], b[0])
+        assert torch.equal(a, c.flip(0))
+    assert torch.equal(together.psnr, reversed_.psnr.flip(0))
+
+
+def test_fit_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"\[N, H, W\]"):
+        fit_inrs(torch.rand(28, 28), [0])
+    with pytest.raises(ValueError, match="seeds"):
+        fit_inrs(torch.rand(2, 28, 28), [0])

@@ -1,0 +1,156 @@
+"""Morphology edits, the make-inrs dataset (splits, resume after SIGKILL, bad input) and InrDataset."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.ndimage
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+
+from neuralgraph.data import DatasetError, GenerationSettings, InrDataset, collate_inrs, make_inrs, split_digits
+from neuralgraph.data.generate import VAL_SIZE, val_indices
+from neuralgraph.graph import graph_to_mlp
+from neuralgraph.inr import FitConfig, SirenConvention
+from neuralgraph.morphology import EDITS, dilation, erosion, gradient
+
+SMALL = GenerationSettings(fit=FitConfig(steps=6), source="embedded", shard_size=2)
+CLI = [sys.executable, "-m", "neuralgraph.cli", "make-inrs", "--source", "embedded", "--split", "train",
+       "--limit", "5", "--shard-size", "2", "--steps", "15", "--threads", "1"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 12), st.integers(1, 12), st.integers(0, 2**31 - 1))
+def test_morphology_equals_scipy(batch, height, width, seed):
+    images = torch.rand(batch, height, width, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    for ours, theirs in ((dilation, scipy.ndimage.grey_dilation), (erosion, scipy.ndimage.grey_erosion)):
+        expected = np.stack([theirs(im, size=(3, 3), mode="nearest") for im in images.numpy()])
+        assert np.array_equal(ours(images).numpy(), expected)
+    assert torch.equal(gradient(images), dilation(images) - erosion(images))
+    assert set(EDITS) == {"dilation", "erosion", "gradient"}
+
+
+def test_morphology_rejects_bad_shapes():
+    with pytest.raises(ValueError, match=r"\[B, H, W\]"):
+        dilation(torch.rand(28, 28))
+    with pytest.raises(ValueError, match="odd"):
+        dilation(torch.rand(1, 28, 28), size=2)
+
+
+def test_splits_partition_mnist_and_limit_takes_prefixes():
+    val = val_indices(0)
+    assert len(val) == VAL_SIZE and len(np.unique(val)) == VAL_SIZE
+    train, valid = split_digits("train", "embedded", 0), split_digits("val", "embedded", 0)
+    assert not set(train.indices) & set(valid.indices) and set(valid.indices) <= set(val)
+    assert len(train) + len(valid) == 2000
+    assert np.array_equal(split_digits("train", "embedded", 0, limit=7).indices, train.indices[:7])
+
+
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inrs")
+    make_inrs(root, ("train", "test"), limit=3, settings=SMALL, progress=False)
+    return root
+
+
+def test_dataset_items_targets_and_batches(small_dataset):
+    data = InrDataset(small_dataset, "train", convention=SMALL.convention)
+    assert len(data) == 3 and data.weights[1].shape == (3, 32, 32)
+    item = data[1]
+    assert torch.equal(item["target"], dilation(item["image"][None])[0])
+    digits = split_digits("train", "embedded", 0, limit=3)
+    assert torch.equal(item["image"], torch.from_numpy(digits.images[1]).float() / 255)
+    assert item["label"] == digits.labels[1] and item["mnist_index"] == digits.indices[1]
+    graph, extras = next(iter(DataLoader(data, batch_size=3, collate_fn=collate_inrs)))
+    weights, biases = graph_to_mlp(graph)
+    assert all(torch.equal(a, b) for a, b in zip(weights + biases, data.weights + data.biases))
+    same_graph, same_extras = data.batch([0, 1, 2])
+    assert torch.equal(same_graph.edge_attr, graph.edge_attr) and torch.equal(same_extras["target"], extras["target"])
+
+
+def test_small_dataset_is_a_prefix_of_a_larger_one(small_dataset, tmp_path):
+    make_inrs(tmp_path, ("train",), limit=5, settings=SMALL, progress=False)
+    small, large = InrDataset(small_dataset, "train"), InrDataset(tmp_path, "train")
+    for a, b in zip(small.weights + small.biases + [small.psnrs], large.weights + large.biases + [large.psnrs]):
+        assert torch.equal(a, b[:3])
+
+
+def files_of(root: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(root.iterdir())}
+
+
+def test_killed_run_resumes_to_identical_bytes(tmp_path):
+    reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+    subprocess.run(CLI + ["--out", str(reference)], check=True, capture_output=True)
+    process = subprocess.Popen(CLI + ["--out", str(resumed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (resumed / "train-00000.safetensors").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert (resumed / "train-00000.safetensors").exists() and not (resumed / "train-00002.safetensors").exists()
+    subprocess.run(CLI + ["--out", str(resumed)], check=True, capture_output=True)
+    assert files_of(resumed) == files_of(reference)
+
+
+def corrupt_copy(source: Path, target: Path) -> Path:
+    target.mkdir()
+    for name, data in files_of(source).items():
+        (target / name).write_bytes(data)
+    return target
+
+
+def test_sha_mismatch_is_reported_by_name(small_dataset, tmp_path):
+    root = corrupt_copy(small_dataset, tmp_path / "d")
+    shard = root / "train-00001.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match="train-00001.safetensors: sha256"):
+        InrDataset(root, "train")
+    with pytest.raises(DatasetError, match="train-00001.safetensors: sha256"):
+        make_inrs(root, ("train",), limit=3, settings=SMALL, progress=False)
+
+
+def test_truncated_shard_is_reported_by_name(small_dataset, tmp_path):
+    root = corrupt_copy(small_dataset, tmp_path / "d")
+    shard = root / "test-00000.safetensors"
+    shard.write_bytes(shard.read_bytes()[:100])
+    manifest = json.loads((root / "manifest.json").read_text())
+    for record in manifest["splits"]["test"]["shards"]:
+        if record["file"] == shard.name:
+            record["sha256"] = __import__("hashlib").sha256(shard.read_bytes()).hexdigest()
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DatasetError, match="test-00000.safetensors: not a readable safetensors"):
+        InrDataset(root, "test")
+
+
+def test_other_convention_is_refused(small_dataset, tmp_path):
+    other = SirenConvention(init="siren")
+    with pytest.raises(DatasetError, match="manifest.json: init is 'dws'.*'siren'"):
+        InrDataset(small_dataset, "train", convention=other)
+    root = corrupt_copy(small_dataset, tmp_path / "d")
+    with pytest.raises(DatasetError, match="manifest.json: layout"):
+        make_inrs(root, ("train",), limit=3, progress=False,
+                  settings=GenerationSettings(SirenConvention(layout=(2, 16, 1)), SMALL.fit, source="embedded",
+                                              shard_size=2))
+    with pytest.raises(DatasetError, match="limit 3"):
+        make_inrs(root, ("train",), limit=4, settings=SMALL, progress=False)
+
+
+def test_missing_manifest_split_or_shard(small_dataset, tmp_path):
+    with pytest.raises(DatasetError, match="no manifest"):
+        InrDataset(tmp_path, "train")
+    with pytest.raises(DatasetError, match="no split 'val'"):
+        InrDataset(small_dataset, "val")
+    root = corrupt_copy(small_dataset, tmp_path / "d")
+    os.remove(root / "train-00000.safetensors")
+    with pytest.raises(DatasetError, match="train-00000.safetensors: shard listed in the manifest is missing"):
+        InrDataset(root, "train")
