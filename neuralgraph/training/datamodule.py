@@ -48,11 +48,24 @@ class InrCollator:
 
     def __call__(self, indices: list[int]) -> InrBatch:
         index = torch.as_tensor(indices, dtype=torch.long)
-        weights, biases, images, labels = self.dataset.take(index)
+        weights = [w[index] for w in self.dataset.weights]
+        biases = [b[index] for b in self.dataset.biases]
         if self.permutation_augmentation:
-            layout = (weights[0].shape[2], *(w.shape[1] for w in weights))
-            weights, biases = permute_mlp(weights, biases, random_hidden_permutations(layout, len(index)))
-        return InrBatch(mlp_to_graph(weights, biases), images, labels, index)
+            weights, biases = permute_mlp(weights, biases, random_hidden_permutations(self.dataset.convention.layout,
+                                                                                      len(index)))
+        return InrBatch(mlp_to_graph(weights, biases), self.dataset.images[index], self.dataset.labels[index], index)
+
+
+def split_ready(root: Path, split: str, limit: Optional[int]) -> bool:
+    """Whether ``root`` already holds at least the first ``limit`` INRs (all if None) of ``split``."""
+    from neuralgraph.data.generate import MANIFEST, read_manifest
+
+    if not (root / MANIFEST).exists():
+        return False
+    entry = read_manifest(root)["splits"].get(split)
+    if entry is None or sum(s["count"] for s in entry["shards"]) != entry["count"]:
+        return False
+    return entry["limit"] is None or (limit is not None and entry["count"] >= limit)
 
 
 class MnistInrDataModule(L.LightningDataModule):
@@ -90,30 +103,42 @@ class MnistInrDataModule(L.LightningDataModule):
         return getattr(self.hparams, f"limit_{split}")
 
     def prepare_data(self) -> None:
-        from neuralgraph.data.generate import ensure_dataset
+        from neuralgraph.data.generate import GenerationSettings, make_inrs
 
-        hp = self.hparams
-        ensure_dataset(Path(hp.root), {split: self.limit(split) for split in SPLITS}, source=hp.source)
+        root = Path(self.hparams.root)
+        for split in SPLITS:
+            limit = self.limit(split)
+            if not split_ready(root, split, limit):
+                print(f"MNIST-INR split {split!r} ({limit or 'all'} INRs, {self.hparams.source} MNIST) is not in {root} "
+                      "yet: fitting the SIRENs now (once; later runs reuse them)")
+                make_inrs(root, (split,), limit, GenerationSettings(source=self.hparams.source))
 
     def setup(self, stage: Optional[str] = None) -> None:
         from neuralgraph.data.inr_dataset import InrDataset
 
         for split in SPLITS:
             if split not in self.datasets:
-                self.datasets[split] = InrDataset(self.hparams.root, split, limit=self.limit(split))
+                self.datasets[split] = InrDataset(self.hparams.root, split)
+
+    def size(self, split: str) -> int:
+        """INRs used from ``split``: the first ``limit`` of the folder's."""
+        available, limit = len(self.datasets[split]), self.limit(split)
+        if limit is not None and limit > available:
+            raise ValueError(f"limit_{split}={limit} but {self.hparams.root} holds {available} INRs of split {split!r}")
+        return available if limit is None else limit
 
     @property
     def layout(self) -> tuple[int, ...]:
         self.setup()
-        return self.datasets["train"].layout
+        return self.datasets["train"].convention.layout
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         hp = self.hparams
-        dataset = self.datasets[split]
+        dataset, size = self.datasets[split], self.size(split)
         return DataLoader(
-            range(len(dataset)),
+            range(size),
             batch_size=hp.batch_size,
-            sampler=EpochSeededSampler(len(dataset), hp.seed, shuffle),
+            sampler=EpochSeededSampler(size, hp.seed, shuffle),
             collate_fn=InrCollator(dataset, hp.permutation_augmentation and split == "train"),
             num_workers=hp.num_workers,
             persistent_workers=hp.num_workers > 0,

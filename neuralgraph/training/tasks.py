@@ -62,6 +62,14 @@ class MetanetTask(L.LightningModule):
         """The metanetwork's constructor arguments (subclasses may adjust, e.g. budget matching)."""
         return dict(self.hparams.metanet_config or {})
 
+    def add_metrics(self, make) -> None:
+        """One metric object per stage (``train_metrics``, ``val_metrics``, ``test_metrics``)."""
+        for stage in STAGES:
+            setattr(self, f"{stage}_metrics", make(stage))
+
+    def metrics(self, stage: str):
+        return getattr(self, f"{stage}_metrics")
+
     # -- subclasses -------------------------------------------------------------------------
     def loss_and_outputs(self, batch: InrBatch) -> tuple[Tensor, dict[str, Tensor]]:
         raise NotImplementedError
@@ -149,12 +157,10 @@ class InrEditing(MetanetTask):
         super().__init__(*args, **kwargs)
         self.decoder = WeightDecoder(self.metanet.hidden_dim, self.hparams.k)
         self.edit = EDITS[edit]
-        self.metrics = nn.ModuleDict({
-            stage: torchmetrics.MetricCollection({
-                "mse": torchmetrics.MeanSquaredError(),
-                "psnr": torchmetrics.image.PeakSignalNoiseRatio(data_range=1.0),
-            }, prefix=f"{stage}/") for stage in STAGES
-        })
+        self.add_metrics(lambda stage: torchmetrics.MetricCollection({
+            "mse": torchmetrics.MeanSquaredError(),
+            "psnr": torchmetrics.image.PeakSignalNoiseRatio(data_range=1.0),
+        }, prefix=f"{stage}/"))
 
     def metanet_config_resolved(self) -> dict[str, Any]:
         config = super().metanet_config_resolved()
@@ -184,13 +190,13 @@ class InrEditing(MetanetTask):
                                                             "target": target}
 
     def update_metrics(self, stage, outputs, batch):
-        self.metrics[stage].update(outputs["prediction"], outputs["target"])
+        self.metrics(stage).update(outputs["prediction"], outputs["target"])
 
     def _log_epoch_metrics(self, stage: str) -> None:
-        values = self.metrics[stage].compute()
+        values = self.metrics(stage).compute()
         values[f"{stage}/mse_x1e-2"] = values[f"{stage}/mse"] * 100
         self.log_dict(values, sync_dist=True)
-        self.metrics[stage].reset()
+        self.metrics(stage).reset()
 
     def on_train_epoch_end(self):
         self._log_epoch_metrics("train")
@@ -234,9 +240,7 @@ class InrClassification(MetanetTask):
     def __init__(self, *args, num_classes: int = 10, **kwargs):
         super().__init__(*args, **kwargs)
         self.readout = InvariantReadout(self.metanet.hidden_dim, num_classes)
-        self.metrics = nn.ModuleDict({
-            stage: torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro") for stage in STAGES
-        })
+        self.add_metrics(lambda stage: torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro"))
 
     def loss_and_outputs(self, batch):
         node, edge = self.metanet(batch.graph)
@@ -244,8 +248,8 @@ class InrClassification(MetanetTask):
         return nn.functional.cross_entropy(logits, batch.label), {"logits": logits}
 
     def update_metrics(self, stage, outputs, batch):
-        self.metrics[stage](outputs["logits"], batch.label)
-        self.log(f"{stage}/accuracy", self.metrics[stage], on_epoch=True, on_step=False, batch_size=batch.size)
+        self.metrics(stage)(outputs["logits"], batch.label)
+        self.log(f"{stage}/accuracy", self.metrics(stage), on_epoch=True, on_step=False, batch_size=batch.size)
 
 
 def layer_norms(graph) -> Tensor:
@@ -264,7 +268,7 @@ class WeightStatisticRegression(MetanetTask):
     def __init__(self, *args, num_weight_layers: int = 3, **kwargs):
         super().__init__(*args, **kwargs)
         self.readout = InvariantReadout(self.metanet.hidden_dim, num_weight_layers)
-        self.metrics = nn.ModuleDict({stage: torchmetrics.R2Score(num_weight_layers) for stage in STAGES})
+        self.add_metrics(lambda stage: torchmetrics.R2Score(num_weight_layers))
 
     def loss_and_outputs(self, batch):
         node, edge = self.metanet(batch.graph)
@@ -275,8 +279,8 @@ class WeightStatisticRegression(MetanetTask):
         return nn.functional.mse_loss(prediction, target), {"prediction": prediction, "target": target}
 
     def update_metrics(self, stage, outputs, batch):
-        self.metrics[stage](outputs["prediction"], outputs["target"])
-        self.log(f"{stage}/r2", self.metrics[stage], on_epoch=True, on_step=False, batch_size=batch.size)
+        self.metrics(stage)(outputs["prediction"], outputs["target"])
+        self.log(f"{stage}/r2", self.metrics(stage), on_epoch=True, on_step=False, batch_size=batch.size)
 
 
 def magnitude_prune_mask(graph, sparsity: float) -> Tensor:
@@ -312,7 +316,7 @@ class EquivariantWeightPrediction(MetanetTask):
             raise ValueError(f"sparsity={sparsity}: expected a fraction strictly between 0 and 1")
         super().__init__(*args, **kwargs)
         self.edge_head = nn.Linear(self.metanet.hidden_dim, 1)
-        self.metrics = nn.ModuleDict({stage: torchmetrics.classification.BinaryAccuracy() for stage in STAGES})
+        self.add_metrics(lambda stage: torchmetrics.classification.BinaryAccuracy())
 
     def loss_and_outputs(self, batch):
         node, edge = self.metanet(batch.graph)
@@ -322,5 +326,5 @@ class EquivariantWeightPrediction(MetanetTask):
         return loss, {"logits": logits, "target": target}
 
     def update_metrics(self, stage, outputs, batch):
-        self.metrics[stage](outputs["logits"].sigmoid(), outputs["target"].long())
-        self.log(f"{stage}/accuracy", self.metrics[stage], on_epoch=True, on_step=False, batch_size=batch.size)
+        self.metrics(stage)(outputs["logits"].sigmoid(), outputs["target"].long())
+        self.log(f"{stage}/accuracy", self.metrics(stage), on_epoch=True, on_step=False, batch_size=batch.size)

@@ -1,0 +1,185 @@
+"""The MNIST INR dilation benchmark: our measured numbers beside the published ones.
+
+    python benchmarks/dilation.py --protocol smoke|cpu|full [--archs ...] [--k 1 2 4 8] [--seeds 0 1 2]
+
+Each (architecture, k, seed) is trained by ``neuralgraph fit`` (one subprocess per run, so that
+its peak memory is its own) from ``configs/dilation/<arch>_k<k>.yaml`` with the protocol's
+overrides, and tested at its best-validation checkpoint. Results: a JSON of raw runs and a
+markdown table in ``benchmarks/results/dilation_<protocol>_<machine>.{json,md}``.
+
+Protocols (see docs/benchmarks.md for why they are sized as they are):
+
+* ``full``: the paper's: 55k/5k/10k INRs, 150 epochs, batch 32, 3 seeds, all architectures,
+  k in 1, 2, 4, 8, the configs' widths. For a GPU; the device is chosen automatically.
+* ``cpu``: DWS and GMN at k=1 and k=8 (budget-matched), one seed, about an hour on 2 cores.
+* ``smoke``: every architecture at k=1 and k=2, tiny data and widths, one epoch: plumbing only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+ARCHS = ("gmn", "ng_gnn", "ng_t", "nft", "dws", "nfn_hnp", "nfn_np")
+
+PROTOCOLS = {
+    "full": {
+        "archs": ARCHS, "k": (1, 2, 4, 8), "seeds": (0, 1, 2),
+        "data": {"limit_train": None, "limit_val": None, "limit_test": None},
+        "trainer": {"max_epochs": 150},
+        "metanet_config": {},
+    },
+    "cpu": {
+        "archs": ("dws", "gmn"), "k": (1, 8), "seeds": (0,),
+        "data": {"limit_train": 2000, "limit_val": 500, "limit_test": 500},
+        "trainer": {"max_epochs": 12},
+        "metanet_config": {"gmn": {"hidden_dim": 64, "num_layers": 3}, "dws": {"hidden_dim": 32, "num_layers": 3}},
+    },
+    "smoke": {
+        "archs": ARCHS, "k": (1, 2), "seeds": (0,),
+        "data": {"limit_train": 64, "limit_val": 32, "limit_test": 32},
+        "trainer": {"max_epochs": 1},
+        "metanet_config": {arch: {"hidden_dim": 8, "num_layers": 1} for arch in ARCHS},
+    },
+}
+
+# Published test MSE x1e-2 on MNIST INR dilation (2026 OCE paper and the works it compares to).
+PUBLISHED = [
+    ("NFT", "nft", 1, 5.10), ("NP-NFN", "nfn_np", 1, 2.55), ("NG-GNN-64", "ng_gnn", 1, 2.06),
+    ("ScaleGMN-B", None, 1, 1.89), ("NG-T-64", "ng_t", 1, 1.75), ("ScaleGMN + GradMetaNet++", None, 1, 1.60),
+    ("OCE DWS k=1", "dws", 1, 2.29), ("OCE DWS k=2", "dws", 2, 2.01), ("OCE DWS k=4", "dws", 4, 1.58),
+    ("OCE DWS k=8", "dws", 8, 1.36), ("OCE GMN k=1", "gmn", 1, 1.96), ("OCE GMN k=2", "gmn", 2, 1.69),
+    ("OCE GMN k=4", "gmn", 4, 1.19), ("OCE GMN k=8", "gmn", 8, 1.06),
+]
+
+
+def machine_name() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0).replace(" ", "-").lower()
+    return f"cpu{torch.get_num_threads()}"
+
+
+def run_arguments(protocol: dict, arch: str, k: int, seed: int, data_root: Path, out: Path) -> list[str]:
+    """``neuralgraph fit`` arguments of one run."""
+    args = ["fit", "--config", str(ROOT / "configs" / "dilation" / f"{arch}_k{k}.yaml"),
+            "--seed_everything", str(seed), "--data.root", str(data_root),
+            "--trainer.default_root_dir", str(out),
+            "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(out),
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+    for key, value in protocol["data"].items():
+        args += [f"--data.{key}", "null" if value is None else str(value)]
+    for key, value in protocol["trainer"].items():
+        args += [f"--trainer.{key}", str(value)]
+    overrides = protocol["metanet_config"].get(arch)
+    if overrides:
+        base = _config_metanet(arch, k)
+        args += ["--model.init_args.metanet_config", json.dumps({**base, **overrides})]
+    return args
+
+
+def _config_metanet(arch: str, k: int) -> dict:
+    import yaml
+
+    config = yaml.safe_load((ROOT / "configs" / "dilation" / f"{arch}_k{k}.yaml").read_text())
+    return dict(config["model"]["init_args"]["metanet_config"])
+
+
+def run_one(argv: list[str], result_path: Path) -> None:
+    """Child process: one fit (+ test at best validation), results to ``result_path``."""
+    from neuralgraph.nn.budget import count_trainable
+    from neuralgraph.training.cli import run_lightning_cli
+
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    cli = run_lightning_cli(argv)
+    metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
+    result = {
+        "test_mse": metrics["test/mse"],
+        "test_psnr": metrics.get("test/psnr"),
+        "best_val_loss": float(cli.trainer.checkpoint_callback.best_model_score),
+        "parameters": count_trainable(cli.model),
+        "hidden_dim": cli.model.metanet.hidden_dim,
+        "epochs": cli.trainer.current_epoch,
+        "wall_s": time.perf_counter() - start,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+    }
+    result_path.write_text(json.dumps(result, indent=2))
+
+
+def summarize(runs: list[dict], protocol_name: str, machine: str) -> str:
+    groups: dict[tuple[str, int], list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["arch"], r["k"]), []).append(r)
+    lines = [f"# MNIST INR dilation — protocol `{protocol_name}` on `{machine}`", "",
+             "Test MSE x1e-2 at the best-validation checkpoint (mean ± std over seeds).", "",
+             "| source | model | k | test MSE x1e-2 | parameters | hidden_dim | epochs | wall time (min) | peak memory (MB) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (arch, k), rs in sorted(groups.items()):
+        mses = [100 * r["test_mse"] for r in rs]
+        spread = f" ± {statistics.stdev(mses):.3f}" if len(mses) > 1 else ""
+        memory = rs[0]["peak_cuda_mb"] if rs[0]["peak_cuda_mb"] is not None else rs[0]["peak_rss_mb"]
+        lines.append(f"| measured ({protocol_name}, {len(rs)} seed{'s' * (len(rs) > 1)}) | {arch} | {k} "
+                     f"| {statistics.mean(mses):.3f}{spread} | {rs[0]['parameters']:,} | {rs[0]['hidden_dim']} "
+                     f"| {rs[0]['epochs']} | {statistics.mean(r['wall_s'] for r in rs) / 60:.1f} | {memory:.0f} |")
+    for name, arch, k, mse in PUBLISHED:
+        lines.append(f"| published (full protocol) | {name} | {k} | {mse:.2f} | | | 150 | | |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="smoke")
+    parser.add_argument("--archs", nargs="+", choices=ARCHS)
+    parser.add_argument("--k", nargs="+", type=int)
+    parser.add_argument("--seeds", nargs="+", type=int)
+    parser.add_argument("--data-root", type=Path, default=ROOT / "data" / "inrs")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "benchmarks")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--run-one", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run_one:
+        run_one(args.run_one[1:], Path(args.run_one[0]))
+        return 0
+    protocol = PROTOCOLS[args.protocol]
+    archs, ks, seeds = args.archs or protocol["archs"], args.k or protocol["k"], args.seeds or protocol["seeds"]
+    machine = machine_name()
+    runs = []
+    for arch in archs:
+        for k in ks:
+            for seed in seeds:
+                out = args.out / args.protocol / f"{arch}_k{k}_s{seed}"
+                out.mkdir(parents=True, exist_ok=True)
+                result_path = out / "result.json"
+                fit_args = run_arguments(protocol, arch, k, seed, args.data_root, out)
+                print(f"[{args.protocol}] {arch} k={k} seed={seed}", flush=True)
+                subprocess.run([sys.executable, __file__, "--run-one", str(result_path), *fit_args], check=True)
+                result = json.loads(result_path.read_text())
+                runs.append({"arch": arch, "k": k, "seed": seed, **result})
+                print(f"    test MSE x1e-2 {100 * result['test_mse']:.3f}, {result['parameters']:,} parameters, "
+                      f"{result['wall_s'] / 60:.1f} min", flush=True)
+    args.results.mkdir(parents=True, exist_ok=True)
+    stem = args.results / f"dilation_{args.protocol}_{machine}"
+    meta = {"protocol": args.protocol, "settings": protocol, "machine": machine, "platform": platform.platform(),
+            "torch": torch.__version__, "runs": runs}
+    stem.with_suffix(".json").write_text(json.dumps(meta, indent=2, default=list))
+    table = summarize(runs, args.protocol, machine)
+    stem.with_suffix(".md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
