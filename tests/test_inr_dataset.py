@@ -86,6 +86,7 @@ def files_of(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(root.iterdir())}
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_identical_bytes(tmp_path):
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
     subprocess.run(CLI + ["--out", str(reference)], check=True, capture_output=True)
