@@ -4,7 +4,7 @@ Prints INR-steps per second for both in one run, their ratio, microseconds per I
 the fraction of this CPU's large-sgemm throughput the batched fitter reaches (one INR-step of
 2-32-32-1 at 784 pixels is about 5.3 MFLOP of forward+backward, plus 2 x 784 x 64 sin/cos).
 
-    python benchmarks/inr_fit.py [--threads 2] [--inrs 128] [--steps 50]
+    python benchmarks/inr_fit.py [--threads 1] [--inrs 128] [--steps 50]
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def sgemm_gflops(size: int = 1024, repeats: int = 10) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: other jobs share this CPU)")
     parser.add_argument("--inrs", type=int, default=128, help="INRs for the batched fitter")
     parser.add_argument("--loop-inrs", type=int, default=8, help="INRs for the per-network loop")
     parser.add_argument("--steps", type=int, default=50)
