@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorsError
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from neuralgraph.graph import mlp_to_graph
@@ -43,7 +43,7 @@ def load_inr(path: Path) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Inverse of :func:`save_inr`; errors name the file and the missing key."""
     try:
         tensors = load_file(str(path))
-    except (SafetensorsError, OSError) as err:
+    except (SafetensorError, OSError) as err:
         raise ValueError(f"{path}: not a readable safetensors INR ({err})") from None
     num_layers = sum(1 for key in tensors if key.startswith("weight."))
     expected = {f"{kind}.{l}" for kind in ("weight", "bias") for l in range(1, num_layers + 1)}

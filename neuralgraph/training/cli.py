@@ -11,6 +11,9 @@ Differences from a bare LightningCLI, all in the spirit of the paper's protocol:
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+import torch
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
@@ -19,10 +22,39 @@ from neuralgraph.training.datamodule import MnistInrDataModule
 from neuralgraph.training.tasks import MetanetTask
 
 
+ARCHITECTURE_ARGUMENTS = ("metanet", "metanet_config", "k", "match_budget", "num_classes", "num_weight_layers")
+
+
+def check_checkpoint_matches(ckpt_path: Path, model_config) -> None:
+    """ValueError naming what differs when ``ckpt_path`` holds another task or architecture."""
+    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
+    saved = checkpoint.get("neuralgraph_task")
+    if saved is None:
+        raise ValueError(f"{ckpt_path}: not a neuralgraph checkpoint (no 'neuralgraph_task' entry)")
+    task = str(model_config.get("class_path", "")).rsplit(".", 1)[-1]
+    if task and task != saved["task"]:
+        raise ValueError(f"{ckpt_path}: holds a {saved['task']} checkpoint, but the configuration builds {task}")
+    hparams = checkpoint.get("hyper_parameters", {})
+    requested = model_config.get("init_args") or {}
+    for key in ARCHITECTURE_ARGUMENTS:
+        if key in hparams and key in requested and requested[key] != hparams[key]:
+            raise ValueError(f"{ckpt_path}: checkpoint has {key}={hparams[key]!r}, "
+                             f"but the configuration asks for {key}={requested[key]!r}")
+
+
 class NeuralgraphCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--test_after_fit", type=bool, default=True,
                             help="after fit, test at the best-validation checkpoint")
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI replaces the model configuration by the checkpoint's hyperparameters,
+        # silently: `test --config dws.yaml --ckpt_path gmn.ckpt` would test GMN. Refuse instead.
+        subcommand = self.config.get("subcommand")
+        ckpt_path = subcommand and self.config[subcommand].get("ckpt_path")
+        if ckpt_path and Path(ckpt_path).is_file():
+            check_checkpoint_matches(Path(ckpt_path), self.config[subcommand]["model"])
+        super()._parse_ckpt_path()
 
     def after_fit(self) -> None:
         if self.config[self.subcommand].get("test_after_fit", True):

@@ -56,29 +56,28 @@ class InrCollator:
         return InrBatch(mlp_to_graph(weights, biases), self.dataset.images[index], self.dataset.labels[index], index)
 
 
-def split_ready(root: Path, split: str, limit: Optional[int]) -> bool:
-    """Whether ``root`` already holds at least the first ``limit`` INRs (all if None) of ``split``."""
+def split_ready(root: Path, split: str) -> bool:
+    """Whether ``root`` holds a complete ``split`` (made by ``make-inrs``, with any limit)."""
     from neuralgraph.data.generate import MANIFEST, read_manifest
 
     if not (root / MANIFEST).exists():
         return False
     entry = read_manifest(root)["splits"].get(split)
-    if entry is None or sum(s["count"] for s in entry["shards"]) != entry["count"]:
-        return False
-    return entry["limit"] is None or (limit is not None and entry["count"] >= limit)
+    return entry is not None and sum(s["count"] for s in entry["shards"]) == entry["count"]
 
 
 class MnistInrDataModule(L.LightningDataModule):
     """MNIST INRs (SIREN 2-32-32-1) with images and labels, for every task of the package.
 
     Args:
-        root: dataset folder (shards + manifest). Missing INRs are fitted on first use with
-            ``neuralgraph make-inrs`` machinery (a message and a progress bar say so).
+        root: dataset folder (shards + manifest). A split that is missing or unfinished is
+            fitted on first use by the ``make-inrs`` machinery (a message and a progress bar say
+            so), with ``limit_<split>`` INRs (all when None); a complete split is used as it is.
         source: ``"full"`` MNIST (``NEURALGRAPH_MNIST``, the user cache, or a verified download)
             or ``"embedded"``, the subset shipped with the package.
         batch_size, num_workers: DataLoader settings.
-        limit_train, limit_val, limit_test: use the first N INRs of a split (None: all). The
-            generator makes exactly these prefixes when the dataset is built on first use.
+        limit_train, limit_val, limit_test: use the first N INRs of a split (None: all there
+            are). Limits are prefixes, so a small run on a large folder sees the same first INRs.
         permutation_augmentation: permute each training INR's hidden neurons at random.
         seed: seed of the per-epoch shuffling.
     """
@@ -108,7 +107,7 @@ class MnistInrDataModule(L.LightningDataModule):
         root = Path(self.hparams.root)
         for split in SPLITS:
             limit = self.limit(split)
-            if not split_ready(root, split, limit):
+            if not split_ready(root, split):
                 print(f"MNIST-INR split {split!r} ({limit or 'all'} INRs, {self.hparams.source} MNIST) is not in {root} "
                       "yet: fitting the SIRENs now (once; later runs reuse them)")
                 make_inrs(root, (split,), limit, GenerationSettings(source=self.hparams.source))

@@ -1,0 +1,200 @@
+"""Training through the LightningCLI path: every task, resumption after a kill, DDP, checkpoints, edit."""
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from neuralgraph.data.generate import GenerationSettings, make_inrs
+from neuralgraph.graph import graph_to_blocks, mlp_to_graph, permute_mlp, random_hidden_permutation
+from neuralgraph.inr import FitConfig
+from neuralgraph.training.cli import run_lightning_cli
+from neuralgraph.training.datamodule import EpochSeededSampler
+from neuralgraph.training.tasks import magnitude_prune_mask
+
+TINY_MODEL = '{"hidden_dim": 8, "num_layers": 1}'
+
+
+@pytest.fixture(scope="session")
+def tiny_inrs(tmp_path_factory):
+    """32/16/16 INRs of embedded MNIST digits, fitted briefly (plumbing, not quality)."""
+    root = tmp_path_factory.mktemp("inrs")
+    settings = GenerationSettings(source="embedded", fit=FitConfig(steps=20), shard_size=16)
+    for split, limit in (("train", 32), ("val", 16), ("test", 16)):
+        make_inrs(root, (split,), limit, settings, progress=False)
+    return root
+
+
+def fit_args(root, out, task="InrEditing", metanet="gmn", epochs=1, extra=()):
+    return ["fit", "--model", f"neuralgraph.training.tasks.{task}", "--model.metanet", metanet,
+            "--model.metanet_config", TINY_MODEL, "--data.root", str(root), "--data.batch_size", "8",
+            "--trainer.max_epochs", str(epochs), "--trainer.default_root_dir", str(out),
+            "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(out),
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", *extra]
+
+
+def cli_subprocess(args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "neuralgraph.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+@pytest.mark.parametrize("task,metric", [
+    ("InrEditing", "test/mse"),
+    ("InrClassification", "test/accuracy"),
+    ("WeightStatisticRegression", "test/r2"),
+    ("EquivariantWeightPrediction", "test/accuracy"),
+])
+def test_each_task_fits_and_tests_at_the_best_checkpoint(tiny_inrs, tmp_path, task, metric):
+    cli = run_lightning_cli(fit_args(tiny_inrs, tmp_path, task))
+    metrics = cli.trainer.callback_metrics
+    assert torch.isfinite(metrics[metric]) and torch.isfinite(cli.trainer.checkpoint_callback.best_model_score)
+    assert cli.trainer.checkpoint_callback.best_model_path.endswith(".ckpt")
+    if task == "InrEditing":
+        assert (Path(cli.trainer.log_dir) / "editing_test.png").stat().st_size > 0
+        assert (Path(cli.trainer.log_dir) / "editing_fit.png").stat().st_size > 0
+
+
+def test_oce_budget_matching_keeps_parameters_within_the_k1_budget(tiny_inrs, tmp_path):
+    reference = run_lightning_cli(fit_args(tiny_inrs, tmp_path / "k1", extra=["--test_after_fit", "false"]))
+    oce = run_lightning_cli(fit_args(tiny_inrs, tmp_path / "k4", extra=[
+        "--model.k", "4", "--model.match_budget", "true", "--test_after_fit", "false"]))
+    count = lambda task: sum(p.numel() for p in task.parameters() if p.requires_grad)  # noqa: E731
+    assert count(oce.model) <= count(reference.model)
+    assert oce.model.decoder.k == 4 and oce.model.metanet.hidden_dim < reference.model.metanet.hidden_dim
+
+
+def logged(metrics_csv: Path, key: str) -> dict[int, float]:
+    """``{epoch: value}`` of one column of a CSVLogger file."""
+    with open(metrics_csv) as f:
+        return {int(row["epoch"]): float(row[key]) for row in csv.DictReader(f) if row.get(key)}
+
+
+def test_a_killed_fit_resumes_to_the_same_result(tiny_inrs, tmp_path):
+    epochs = 4
+    straight = cli_subprocess(fit_args(tiny_inrs, tmp_path / "straight", epochs=epochs))
+    assert straight.wait(timeout=600) == 0, straight.stdout.read()
+
+    killed_dir = tmp_path / "killed"
+    victim = cli_subprocess(fit_args(tiny_inrs, killed_dir, epochs=epochs), start_new_session=True)
+    last = killed_dir / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 600
+    while not last.exists() and victim.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)  # let the first checkpoint finish writing
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    assert last.exists(), "the run ended before writing a checkpoint"
+    saved_epoch = torch.load(last, weights_only=True)["epoch"]
+    assert saved_epoch < epochs - 1, "kill came too late to test resumption"
+
+    resumed = cli_subprocess(fit_args(tiny_inrs, killed_dir, epochs=epochs, extra=["--ckpt_path", str(last)]))
+    assert resumed.wait(timeout=600) == 0, resumed.stdout.read()
+
+    reference = tmp_path / "straight" / "lightning_logs" / "version_0" / "metrics.csv"
+    after = killed_dir / "lightning_logs" / "version_1" / "metrics.csv"
+    ref_val, res_val = logged(reference, "val/loss"), logged(after, "val/loss")
+    assert sorted(res_val) == list(range(saved_epoch + 1, epochs))
+    assert [ref_val[e] for e in sorted(res_val)] == pytest.approx([res_val[e] for e in sorted(res_val)], rel=1e-6)
+    ref_test, res_test = logged(reference, "test/mse"), logged(after, "test/mse")
+    assert list(ref_test.values()) == pytest.approx(list(res_test.values()), rel=1e-6)
+
+
+def test_ddp_on_two_cpu_processes(tiny_inrs, tmp_path):
+    run = cli_subprocess(fit_args(tiny_inrs, tmp_path, extra=[
+        "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu"]))
+    output = run.communicate(timeout=600)[0]
+    assert run.returncode == 0, output
+    assert logged(next(tmp_path.glob("**/metrics.csv")), "test/mse")
+
+
+def test_a_checkpoint_of_another_architecture_is_refused(tiny_inrs, tmp_path):
+    gmn = run_lightning_cli(fit_args(tiny_inrs, tmp_path / "gmn", extra=["--test_after_fit", "false"]))
+    checkpoint = gmn.trainer.checkpoint_callback.best_model_path
+    test_args = fit_args(tiny_inrs, tmp_path / "ng", metanet="ng_gnn")
+    test_args[0] = "test"
+    with pytest.raises(ValueError, match="checkpoint has metanet='gmn', but the configuration asks for metanet='ng_gnn'"):
+        run_lightning_cli(test_args + ["--ckpt_path", checkpoint])
+    wider = fit_args(tiny_inrs, tmp_path / "wide")
+    wider[wider.index(TINY_MODEL)] = '{"hidden_dim": 16, "num_layers": 1}'
+    wider[0] = "test"
+    with pytest.raises(ValueError, match="checkpoint has metanet_config="):
+        run_lightning_cli(wider + ["--ckpt_path", checkpoint])
+    classifier = fit_args(tiny_inrs, tmp_path / "cls", task="InrClassification")
+    classifier[0] = "test"
+    with pytest.raises(ValueError, match="holds a InrEditing checkpoint, but the configuration builds InrClassification"):
+        run_lightning_cli(classifier + ["--ckpt_path", checkpoint])
+    # the same check guards direct loading (LightningModule.load_from_checkpoint, `neuralgraph edit`)
+    from neuralgraph.training.tasks import InrClassification
+    with pytest.raises(ValueError, match="InrEditing. requested by the checkpoint"):
+        InrClassification.load_from_checkpoint(checkpoint, weights_only=True)
+
+
+def test_edit_writes_png_and_one_merged_network(tiny_inrs, tmp_path):
+    from neuralgraph.commands.edit import load_inr
+    from neuralgraph.inr import DWS_MNIST, render
+    from neuralgraph.training.tasks import InrEditing
+
+    cli = run_lightning_cli(fit_args(tiny_inrs, tmp_path, extra=["--model.k", "3", "--test_after_fit", "false"]))
+    checkpoint = cli.trainer.checkpoint_callback.best_model_path
+    png, exported = tmp_path / "edit.png", tmp_path / "edited.safetensors"
+    run = cli_subprocess(["edit", "--ckpt", checkpoint, "--index", "2", "--data-root", str(tiny_inrs),
+                          "--out", str(png), "--export", str(exported)])
+    output = run.communicate(timeout=300)[0]
+    assert run.returncode == 0, output
+    assert png.stat().st_size > 0
+    weights, biases = load_inr(exported)
+    assert [w.shape[0] for w in weights] == [96, 96, 1]  # k=3 members of 2-32-32-1 merged into one network
+    task = InrEditing.load_from_checkpoint(checkpoint, weights_only=True).eval()
+    dataset_batch = cli.datamodule.test_dataloader().collate_fn([2])
+    with torch.no_grad():
+        members_w, members_b = task.edited_networks(dataset_batch)
+        average = render([w.flatten(0, 1) for w in members_w], [b.flatten(0, 1) for b in members_b]).mean(0)
+    merged = render(weights, biases, convention=DWS_MNIST.__class__(layout=(2, 96, 96, 1)))
+    torch.testing.assert_close(merged, average, rtol=0, atol=1e-5)
+
+
+def test_checkpoint_of_a_foreign_file_gives_a_clear_error(tmp_path):
+    bogus = tmp_path / "bogus.ckpt"
+    torch.save({"state_dict": {}}, bogus)
+    run = cli_subprocess(["edit", "--ckpt", str(bogus), "--index", "0", "--out", str(tmp_path / "x.png")])
+    output = run.communicate(timeout=120)[0]
+    assert run.returncode != 0 and "non-neuralgraph checkpoint" in output
+
+
+def test_prune_mask_keeps_the_largest_per_layer_and_is_equivariant():
+    gen = torch.Generator().manual_seed(0)
+    layout = (2, 6, 5, 1)
+    weights = [torch.randn(3, layout[l + 1], layout[l], generator=gen, dtype=torch.float64) for l in range(3)]
+    biases = [torch.randn(3, layout[l + 1], generator=gen, dtype=torch.float64) for l in range(3)]
+    graph = mlp_to_graph(weights, biases)
+    mask = magnitude_prune_mask(graph, sparsity=0.5)
+    for l, w in enumerate(weights):
+        for n in range(3):
+            edges = (graph.edge_layer == l) & (graph.batch[graph.edge_index[1]] == n)
+            kept = graph.edge_attr[edges, 0].abs()[mask[edges] == 1]
+            dropped = graph.edge_attr[edges, 0].abs()[mask[edges] == 0]
+            assert len(kept) == -(-w[n].numel() // 2) and kept.min() > dropped.max()
+    perms = random_hidden_permutation(layout, gen)
+    permuted = mlp_to_graph(*permute_mlp(weights, biases, perms))
+    # the mask of the permuted network is the permuted mask (compared as per-layer matrices)
+    def as_matrices(g, per_edge):
+        return [w.squeeze(-1) for w in graph_to_blocks(g.clone().update({"edge_attr": per_edge.unsqueeze(-1)}))[0]]
+
+    expected, _ = permute_mlp(as_matrices(graph, mask), biases, perms)
+    found = as_matrices(permuted, magnitude_prune_mask(permuted, 0.5))
+    assert all(torch.equal(a, b) for a, b in zip(found, expected))
+
+
+def test_epoch_seeded_sampler_reshuffles_per_epoch_and_repeats_per_seed():
+    a, b = EpochSeededSampler(50, seed=3), EpochSeededSampler(50, seed=3)
+    first = list(a)
+    a.set_epoch(1)
+    assert sorted(first) == list(range(50)) and list(a) != first
+    b.set_epoch(1)
+    assert list(a) == list(b)
+    assert list(EpochSeededSampler(5, seed=0, shuffle=False)) == [0, 1, 2, 3, 4]
