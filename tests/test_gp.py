@@ -1,14 +1,22 @@
 """General-position audit and quantization: exact tie detection, batching, schemes, errors."""
+import argparse
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from safetensors.torch import save_file
 from test_graph import random_mlp
+from torch import nn
 
+from neuralgraph.commands import audit_gp as audit_gp_command
+from neuralgraph.data import GenerationSettings, InrDataset, make_inrs
 from neuralgraph.graph import GraphConversionError, permute_mlp, random_hidden_permutation
 from neuralgraph.theory.gp import SEPARATORS, audit_gp, tie_matrices
+from neuralgraph.inr import FitConfig
 from neuralgraph.theory.quantize import quantize, quantize_mlp
 
+TINY_INRS = GenerationSettings(fit=FitConfig(steps=6), source="embedded", shard_size=2)
 small_layouts = st.lists(st.integers(1, 6), min_size=3, max_size=5).map(tuple)
 
 
@@ -115,3 +123,49 @@ def test_batched_quantization_uses_per_network_scales(layout, batch, bits, granu
     for n in range(batch):
         sw, sb = quantize_mlp([w[n] for w in weights], [b[n] for b in biases], bits, granularity)
         assert all(torch.equal(a[n], b) for a, b in zip(qw + qb, sw + sb))
+
+
+def run_audit(capsys, *argv):
+    parser = argparse.ArgumentParser()
+    audit_gp_command.add_arguments(parser)
+    assert audit_gp_command.run(parser.parse_args([str(a) for a in argv])) == 0
+    return capsys.readouterr().out
+
+
+def test_audit_command_on_a_checkpoint_folder(tmp_path, capsys):
+    for n in range(3):
+        model = nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 1))
+        if n == 0:
+            with torch.no_grad():
+                model[0].bias.fill_(0.25)  # four equal biases: 6 tied pairs, rows still differ
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+        if n < 2:
+            save_file(state, str(tmp_path / f"net{n}.safetensors"))
+        else:
+            torch.save(state, tmp_path / f"net{n}.pt")
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    table = run_audit(capsys, tmp_path, "--bits", "32", "2", "--granularity", "tensor", "layer").splitlines()
+    assert len(table) == 2 + 3  # IEEE widths get one row, uniform widths one per granularity
+    assert table[2].startswith("| 32 | IEEE | 3 | 66.67% | 100.00% | 0 | 0 |")
+    assert table[3].startswith("| 2 | per tensor | 3 |") and table[4].startswith("| 2 | per layer | 3 |")
+
+
+def test_audit_command_names_the_file_it_cannot_read(tmp_path, capsys):
+    conv = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(2 * 9, 1))
+    save_file({k: v.contiguous() for k, v in conv.state_dict().items()}, str(tmp_path / "conv.safetensors"))
+    with pytest.raises(GraphConversionError, match="conv.safetensors: edge_attr has 9 features per edge"):
+        run_audit(capsys, tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="empty: no INR dataset manifest and no"):
+        run_audit(capsys, tmp_path / "empty")
+
+
+def test_audit_command_on_an_inr_dataset(tmp_path, capsys):
+    make_inrs(tmp_path, ("train",), limit=3, settings=TINY_INRS, progress=False)
+    table = run_audit(capsys, tmp_path, "--split", "train", "--bits", "32", "8", "--chunk", "2").splitlines()
+    dataset = InrDataset(tmp_path, "train")
+    expected = audit_gp(*quantize_mlp(dataset.weights, dataset.biases, 8))
+    percent = 100 * expected.in_gp.double().mean().item()
+    assert table[3].startswith(f"| 8 | per tensor | 3 | {percent:.2f}% |")
+    with pytest.raises(ValueError, match="no split 'test'"):
+        run_audit(capsys, tmp_path, "--split", "test")

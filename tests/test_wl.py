@@ -8,9 +8,11 @@ from hypothesis import strategies as st
 from test_graph import mlp_forward, random_mlp
 from torch_geometric.data import Batch
 
+from neuralgraph.commands.expressivity_report import linearisation_span
 from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutation
-from neuralgraph.nn import InvariantReadout, build_metanet
+from neuralgraph.nn import InvariantReadout, build_metanet, metanet_class
 from neuralgraph.theory.canonical import CanonicalizationError, canonical_features, canonicalize
+from neuralgraph.theory.equivariant_space import commutant_dimension
 from neuralgraph.theory.wl import cycle_pair, wl_colors, wl_equivalent
 
 MESSAGE_PASSING = {"gmn": {}, "ng_gnn": {"degree_layout": (2, 4, 4, 1)}, "ng_t": {"num_heads": 2}, "nft": {"num_heads": 2}}
@@ -87,3 +89,12 @@ def test_canonical_features_separate_the_pair_once_biases_are_in_general_positio
     for weights, biases in pair:
         features.append(canonical_features(weights, spread + biases[2:]))
     assert not torch.equal(*features)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gmn", "nfn_np"])
+def test_linearisations_span_the_whole_commutant(name):
+    layout = (1, 2, 1)
+    span = linearisation_span(name, layout, hidden_dim=4, num_layers=3, k=8, patience=1)
+    assert span.equivariant and span.group == metanet_class(name).symmetry
+    assert span.dimension == commutant_dimension(layout, span.group)

@@ -1,0 +1,148 @@
+"""``neuralgraph audit-gp DIR``: how many networks stay in general position at each bit width.
+
+``DIR`` is an INR dataset (a folder with a manifest, see :mod:`neuralgraph.data.inr_dataset`)
+or a folder of MLP checkpoints (``*.safetensors``, or ``*.pt``/``*.pth`` state dicts, loaded
+with ``weights_only=True``). Every network is quantized (:mod:`neuralgraph.theory.quantize`)
+and audited (:mod:`neuralgraph.theory.gp`); the printed markdown table gives, per bit width
+and quantization granularity, the percentage of networks in bias GP and in combined
+(five-separator) GP, and the median numbers of tied pairs.
+"""
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import torch
+from safetensors.torch import load_file
+from torch import Tensor
+
+from neuralgraph.data.generate import MANIFEST
+from neuralgraph.data.inr_dataset import InrDataset
+from neuralgraph.graph import GraphConversionError, graph_to_mlp, module_to_graph
+from neuralgraph.theory.gp import audit_gp
+from neuralgraph.theory.quantize import GRANULARITIES, IEEE_FORMATS, quantize_mlp
+
+CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth")
+Networks = tuple[list[Tensor], list[Tensor]]  # batched weights [B, d_out, d_in], biases [B, d_out]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("root", type=Path, metavar="DIR", help="INR dataset folder or folder of MLP checkpoints")
+    parser.add_argument("--bits", type=int, nargs="+", default=[32, 16, 12, 8], help="bit widths to audit")
+    parser.add_argument("--split", default="train", help="split of an INR dataset (ignored for checkpoints)")
+    parser.add_argument(
+        "--granularity", nargs="+", choices=GRANULARITIES, default=["tensor"], help="quantization scale granularity"
+    )
+    parser.add_argument("--limit", type=int, default=None, help="audit at most this many networks")
+    parser.add_argument("--chunk", type=int, default=1024, help="networks audited at once (memory)")
+
+
+def load_checkpoint(path: Path) -> Networks:
+    """One MLP from a checkpoint file, as a batch of one; errors name the file."""
+    if path.suffix == ".safetensors":
+        state = load_file(str(path))
+    else:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict):
+        raise GraphConversionError(f"{path}: holds {type(state).__name__}, expected a state dict")
+    try:
+        weights, biases = graph_to_mlp(module_to_graph(state))
+    except GraphConversionError as err:
+        raise GraphConversionError(f"{path}: {err}") from None
+    return [w.unsqueeze(0) for w in weights], [b.unsqueeze(0) for b in biases]
+
+
+def checkpoint_networks(root: Path, limit: int | None) -> Iterator[Networks]:
+    """The checkpoints of ``root`` (sorted by name), stacked into one batch per layout."""
+    paths = sorted(p for p in root.iterdir() if p.suffix in CHECKPOINT_SUFFIXES)[:limit]
+    if not paths:
+        raise ValueError(f"{root}: no INR dataset manifest and no {'/'.join(CHECKPOINT_SUFFIXES)} checkpoints")
+    by_layout: dict[tuple, list[Networks]] = defaultdict(list)
+    for path in paths:
+        weights, biases = load_checkpoint(path)
+        by_layout[tuple(w.shape[1:] for w in weights)].append((weights, biases))
+    for group in by_layout.values():
+        yield [torch.cat(ws) for ws in zip(*(w for w, _ in group))], [torch.cat(bs) for bs in zip(*(b for _, b in group))]
+
+
+def load_networks(root: Path, split: str, limit: int | None) -> Iterator[Networks]:
+    """The networks of an INR dataset split (when ``root`` has a manifest) or of a checkpoint folder."""
+    if not (root / MANIFEST).exists():
+        yield from checkpoint_networks(root, limit)
+        return
+    dataset = InrDataset(root, split)
+    yield [w[:limit] for w in dataset.weights], [b[:limit] for b in dataset.biases]
+
+
+def chunked(networks: Iterable[Networks], size: int) -> Iterator[Networks]:
+    for weights, biases in networks:
+        for start in range(0, biases[0].shape[0], size):
+            yield [w[start : start + size] for w in weights], [b[start : start + size] for b in biases]
+
+
+@dataclass
+class AuditRow:
+    """GP statistics of all audited networks at one bit width and granularity."""
+
+    bits: int
+    granularity: str
+    networks: int
+    percent_gp: float
+    percent_combined_gp: float
+    median_tied_pairs: float
+    median_unseparated_pairs: float
+
+
+def audit_rows(networks: Iterable[Networks], bits: list[int], granularities: list[str], chunk: int) -> list[AuditRow]:
+    """Quantize and audit every network at each ``(bits, granularity)``; one row per setting.
+
+    IEEE widths have no scale, so they get one row (under the first granularity).
+    """
+    settings = [(b, g) for b in bits for g in (granularities[:1] if b in IEEE_FORMATS else granularities)]
+    tied: dict[tuple, list[Tensor]] = defaultdict(list)
+    unseparated: dict[tuple, list[Tensor]] = defaultdict(list)
+    for weights, biases in chunked(networks, chunk):
+        for setting in settings:
+            audit = audit_gp(*quantize_mlp(weights, biases, *setting))
+            tied[setting].append(audit.bias_tied_pairs)
+            unseparated[setting].append(audit.combined_tied_pairs)
+    rows = []
+    for setting in settings:
+        bias_pairs, combined_pairs = torch.cat(tied[setting]).double(), torch.cat(unseparated[setting]).double()
+        rows.append(
+            AuditRow(
+                *setting,
+                networks=len(bias_pairs),
+                percent_gp=100 * (bias_pairs == 0).double().mean().item(),
+                percent_combined_gp=100 * (combined_pairs == 0).double().mean().item(),
+                median_tied_pairs=bias_pairs.quantile(0.5).item(),
+                median_unseparated_pairs=combined_pairs.quantile(0.5).item(),
+            )
+        )
+    return rows
+
+
+def format_table(rows: list[AuditRow]) -> str:
+    """Markdown table of :class:`AuditRow` s."""
+    lines = [
+        "| bits | scale | networks | in GP (bias) | in GP (combined) | median tied pairs (bias) | median tied pairs (combined) |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        scale = "IEEE" if r.bits in IEEE_FORMATS else f"per {r.granularity}"
+        lines.append(
+            f"| {r.bits} | {scale} | {r.networks} | {r.percent_gp:.2f}% | {r.percent_combined_gp:.2f}% "
+            f"| {r.median_tied_pairs:g} | {r.median_unseparated_pairs:g} |"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.root.is_dir():
+        raise ValueError(f"{args.root}: not a folder")
+    networks = load_networks(args.root, args.split, args.limit)
+    print(format_table(audit_rows(networks, args.bits, args.granularity, args.chunk)))
+    return 0
