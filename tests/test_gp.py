@@ -1,6 +1,4 @@
 """General-position audit and quantization: exact tie detection, batching, schemes, errors."""
-import argparse
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -9,7 +7,7 @@ from safetensors.torch import save_file
 from test_graph import random_mlp
 from torch import nn
 
-from neuralgraph.commands import audit_gp as audit_gp_command
+from neuralgraph.cli import main
 from neuralgraph.data import GenerationSettings, InrDataset, make_inrs
 from neuralgraph.graph import GraphConversionError, permute_mlp, random_hidden_permutation
 from neuralgraph.theory.gp import SEPARATORS, audit_gp, tie_matrices
@@ -126,9 +124,7 @@ def test_batched_quantization_uses_per_network_scales(layout, batch, bits, granu
 
 
 def run_audit(capsys, *argv):
-    parser = argparse.ArgumentParser()
-    audit_gp_command.add_arguments(parser)
-    assert audit_gp_command.run(parser.parse_args([str(a) for a in argv])) == 0
+    assert main(["audit-gp", *map(str, argv)]) == 0
     return capsys.readouterr().out
 
 
