@@ -151,6 +151,10 @@ def test_audit_command_names_the_file_it_cannot_read(tmp_path, capsys):
     save_file({k: v.contiguous() for k, v in conv.state_dict().items()}, str(tmp_path / "conv.safetensors"))
     with pytest.raises(GraphConversionError, match="conv.safetensors: edge_attr has 9 features per edge"):
         run_audit(capsys, tmp_path)
+    (tmp_path / "conv.safetensors").unlink()
+    (tmp_path / "broken.pt").write_bytes(b"not a pickle")
+    with pytest.raises(ValueError, match="broken.pt: not a readable checkpoint"):
+        run_audit(capsys, tmp_path)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="empty: no INR dataset manifest and no"):
         run_audit(capsys, tmp_path / "empty")

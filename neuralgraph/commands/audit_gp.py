@@ -10,12 +10,14 @@ and quantization granularity, the percentage of networks in bias GP and in combi
 from __future__ import annotations
 
 import argparse
+import pickle
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
@@ -42,10 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_checkpoint(path: Path) -> Networks:
     """One MLP from a checkpoint file, as a batch of one; errors name the file."""
-    if path.suffix == ".safetensors":
-        state = load_file(str(path))
-    else:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        if path.suffix == ".safetensors":
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except (SafetensorError, pickle.UnpicklingError, RuntimeError) as err:
+        raise ValueError(f"{path}: not a readable checkpoint ({err})") from err
     if not isinstance(state, dict):
         raise GraphConversionError(f"{path}: holds {type(state).__name__}, expected a state dict")
     try:
