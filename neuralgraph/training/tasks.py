@@ -216,6 +216,7 @@ class InrEditing(MetanetTask):
     @torch.no_grad()
     def write_grid(self, when: str, rows: int = 6) -> Optional[Path]:
         """PNG of the first ``rows`` test INRs: input, target, OCE average, members (in the log dir)."""
+        log_dir = Path(self.trainer.log_dir or ".")  # a collective under DDP: every rank asks
         datamodule = getattr(self.trainer, "datamodule", None)
         if datamodule is None or not self.trainer.is_global_zero:
             return None
@@ -228,7 +229,7 @@ class InrEditing(MetanetTask):
         _, outputs = self.loss_and_outputs(batch)
         self.train(was_training)
         inputs = render(*graph_to_mlp(batch.graph), tuple(batch.image.shape[-2:]))
-        path = Path(self.trainer.log_dir or ".") / f"editing_{when}.png"
+        path = log_dir / f"editing_{when}.png"
         save_editing_grid(path, inputs, outputs["prediction"], outputs["members"], outputs["target"])
         self.print(f"wrote {path}")
         return path
