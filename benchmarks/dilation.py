@@ -41,7 +41,7 @@ PROTOCOLS = {
     },
     "cpu": {
         "archs": ("dws", "gmn"), "k": (1, 8), "seeds": (0,),
-        "data": {"limit_train": 2000, "limit_val": 500, "limit_test": 500},
+        "data": {"limit_train": 1000, "limit_val": 300, "limit_test": 300},
         "trainer": {"max_epochs": 12},
         "metanet_config": {"gmn": {"hidden_dim": 64, "num_layers": 3}, "dws": {"hidden_dim": 32, "num_layers": 3}},
     },
