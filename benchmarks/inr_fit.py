@@ -53,14 +53,14 @@ def sgemm_gflops(size: int = 1024, repeats: int = 10) -> float:
     return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
 
 
-def main() -> None:
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: other jobs share this CPU)")
     parser.add_argument("--inrs", type=int, default=128, help="INRs for the batched fitter")
     parser.add_argument("--loop-inrs", type=int, default=8, help="INRs for the per-network loop")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--pool-size", type=int, default=FitConfig.pool_size)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     images = torch.from_numpy(load_subset("train").images[:args.inrs]).float() / 255
     batched(images[:4], 3, args.pool_size)  # warm-up
@@ -78,6 +78,8 @@ def main() -> None:
     print(f"{'per-network loop':<22}{rate_loop:>14.0f}{1e6 / rate_loop:>14.1f}")
     print(f"speed-up batched / loop: {rate_batched / rate_loop:.1f}x")
     print(f"batched: {achieved:.1f} GFLOP/s = {achieved / peak:.0%} of this CPU's 1024^3 sgemm ({peak:.1f} GFLOP/s)")
+    return {"batched_us_per_inr_step": 1e6 / rate_batched, "loop_us_per_inr_step": 1e6 / rate_loop,
+            "ratio": rate_batched / rate_loop, "fraction_of_sgemm": achieved / peak, "threads": args.threads}
 
 
 if __name__ == "__main__":

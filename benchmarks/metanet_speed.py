@@ -63,14 +63,14 @@ def seconds_per_step(step, repeats: int) -> float:
     return (time.perf_counter() - start) / repeats
 
 
-def main() -> None:
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--hidden-dim", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -89,6 +89,7 @@ def main() -> None:
     if len(backends) == 2:
         header += f"{'torch_scatter/native':>22}"
     print(header)
+    results = {"rates": {}, "backends": backends, "device": device.type}
     for name in sorted(METANETS):
         model = build_metanet(name, hidden_dim=args.hidden_dim, num_layers=args.num_layers, max_layers=len(LAYOUT) - 1)
         model = model.to(device)
@@ -102,6 +103,7 @@ def main() -> None:
         for backend in backends:
             set_backend(backend)
             rates.append(args.batch / seconds_per_step(step, args.repeats))
+        results["rates"][name] = dict(zip(backends, rates))
         row = f"{name:<10}{count_trainable(model):>10}" + "".join(f"{r:>22.1f}" for r in rates)
         if len(rates) == 2:
             row += f"{rates[0] / rates[1]:>22.2f}"
@@ -145,6 +147,7 @@ def main() -> None:
     print(f"{'sparse':<10}{sparse_rate:>12.1f}{graph.num_edges:>12}")
     print(f"{'dense':<10}{dense_rate:>12.1f}{dense_edges:>12}")
     print(f"sparse/dense speed ratio {sparse_rate / dense_rate:.2f}, edge memory ratio {dense_edges / graph.num_edges:.1f}x")
+    results.update(sparse_rate=sparse_rate, dense_rate=dense_rate, edge_memory_ratio=dense_edges / graph.num_edges)
 
     print("\nparameter counts at the papers' configurations")
     for name, cfg in PAPER_CONFIGS.items():
@@ -152,6 +155,7 @@ def main() -> None:
             print(f"{name:<10}{str(cfg):<40}{count_trainable(build_metanet(name, **cfg, max_layers=len(LAYOUT) - 1)):>12}")
         else:
             print(f"{name:<10}{str(cfg):<40}{'not registered':>12}")
+    return results
 
 
 if __name__ == "__main__":

@@ -1,0 +1,83 @@
+"""All speed ratios of the project in one run and one markdown table, with the machine described.
+
+    python benchmarks/speed.py [--quick] [--out benchmarks/results/speed_<machine>.md]
+
+Runs benchmarks/graph_build.py, inr_fit.py and metanet_speed.py in this process, one after the
+other (each prints its own detail), then prints the summary table and writes it to ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import graph_build  # noqa: E402
+import inr_fit  # noqa: E402
+import metanet_speed  # noqa: E402
+
+from neuralgraph.scatter import available_backends  # noqa: E402
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def machine_description() -> str:
+    import os
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
+    return (f"CPU {cpu_model()}, {os.cpu_count()} cores; GPU {gpu}; torch {torch.__version__}; "
+            f"torch-scatter {'present' if 'torch_scatter' in available_backends() else 'absent'}; "
+            f"Python {platform.python_version()}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (a sanity run, noisier ratios)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    quick = args.quick
+    graph = graph_build.main(["--networks", "2000" if quick else "10000", "--repeats", "2" if quick else "3"])
+    fit = inr_fit.main(["--inrs", "32" if quick else "128", "--loop-inrs", "4" if quick else "8",
+                        "--steps", "10" if quick else "50"])
+    meta = metanet_speed.main(["--repeats", "1" if quick else "3"])
+
+    rows = [
+        ("graph build, 10k MLPs (2,32,32,1)" if not quick else "graph build, 2k MLPs (2,32,32,1)",
+         "batched mlp_to_graph", f"{graph['batched_s']:.3f} s", "Data + Batch.from_data_list",
+         f"{graph['loop_s']:.3f} s", graph["ratio"]),
+        (f"INR fitting ({fit['threads']} thread)", "batched fit_inrs", f"{fit['batched_us_per_inr_step']:.0f} us/INR-step",
+         "per-network nn.Module + Adam", f"{fit['loop_us_per_inr_step']:.0f} us/INR-step", fit["ratio"]),
+        ("GMN layers, batch 32", "sparse scatter", f"{meta['sparse_rate']:.1f} graphs/s", "dense [B,N,N,d]",
+         f"{meta['dense_rate']:.1f} graphs/s", meta["sparse_rate"] / meta["dense_rate"]),
+    ]
+    for name, rates in sorted(meta["rates"].items()):
+        if len(rates) == 2:
+            rows.append((f"{name} fwd+bwd, batch 32", "torch_scatter", f"{rates['torch_scatter']:.1f} graphs/s",
+                         "native scatter", f"{rates['native']:.1f} graphs/s", rates["torch_scatter"] / rates["native"]))
+        else:
+            rows.append((f"{name} fwd+bwd, batch 32", "native scatter", f"{rates['native']:.1f} graphs/s", "-", "-",
+                         float("nan")))
+    table = [f"# Speed ratios{' (quick run)' if quick else ''}", "", machine_description(), "",
+             "| benchmark | ours | measured | baseline | measured | ratio |", "|---|---|---|---|---|---|"]
+    table += [f"| {a} | {b} | {c} | {d} | {e} | {r:.2f}x |" for a, b, c, d, e, r in rows]
+    text = "\n".join(table) + "\n"
+    print("\n" + text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
