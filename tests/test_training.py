@@ -198,3 +198,20 @@ def test_epoch_seeded_sampler_reshuffles_per_epoch_and_repeats_per_seed():
     b.set_epoch(1)
     assert list(a) == list(b)
     assert list(EpochSeededSampler(5, seed=0, shuffle=False)) == [0, 1, 2, 3, 4]
+
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("**/*.yaml"))
+
+
+def test_the_dilation_grid_is_complete():
+    names = {c.stem for c in CONFIGS if c.parent.name == "dilation"}
+    assert names == {f"{a}_k{k}" for a in ("gmn", "ng_gnn", "ng_t", "nft", "dws", "nfn_hnp", "nfn_np")
+                     for k in (1, 2, 4, 8)}
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.parent.name}/{c.name}")
+def test_every_config_parses(config, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_lightning_cli(["fit", "--config", str(config), "--print_config"])
+    assert exit_info.value.code in (0, None)
+    assert "class_path: neuralgraph.training.tasks." in capsys.readouterr().out
