@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from neuralgraph.data.generate import GenerationSettings, make_inrs
 from neuralgraph.graph import graph_to_blocks, mlp_to_graph, permute_mlp, random_hidden_permutation
-from neuralgraph.inr import FitConfig
 from neuralgraph.training.cli import run_lightning_cli
 from neuralgraph.training.datamodule import EpochSeededSampler
 from neuralgraph.training.tasks import magnitude_prune_mask
@@ -20,19 +18,10 @@ from neuralgraph.training.tasks import magnitude_prune_mask
 TINY_MODEL = '{"hidden_dim": 8, "num_layers": 1}'
 
 
-@pytest.fixture(scope="session")
-def tiny_inrs(tmp_path_factory):
-    """32/16/16 INRs of embedded MNIST digits, fitted briefly (plumbing, not quality)."""
-    root = tmp_path_factory.mktemp("inrs")
-    settings = GenerationSettings(source="embedded", fit=FitConfig(steps=20), shard_size=16)
-    for split, limit in (("train", 32), ("val", 16), ("test", 16)):
-        make_inrs(root, (split,), limit, settings, progress=False)
-    return root
-
-
 def fit_args(root, out, task="InrEditing", metanet="gmn", epochs=1, extra=()):
     return ["fit", "--model", f"neuralgraph.training.tasks.{task}", "--model.metanet", metanet,
             "--model.metanet_config", TINY_MODEL, "--data.root", str(root), "--data.batch_size", "8",
+            "--data.limit_train", "32", "--data.limit_val", "16", "--data.limit_test", "16",
             "--trainer.max_epochs", str(epochs), "--trainer.default_root_dir", str(out),
             "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(out),
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false", *extra]
