@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from neuralgraph.graph import graph_to_blocks, mlp_to_graph, permute_mlp, random_hidden_permutation
 from neuralgraph.training.cli import run_lightning_cli
@@ -123,7 +124,7 @@ def test_a_checkpoint_of_another_architecture_is_refused(tiny_inrs, tmp_path):
         InrClassification.load_from_checkpoint(checkpoint, weights_only=True)
 
 
-def test_edit_writes_png_and_one_merged_network(tiny_inrs, tmp_path):
+def test_edit_and_predict_write_the_edited_networks(tiny_inrs, tmp_path):
     from neuralgraph.commands.edit import load_inr
     from neuralgraph.inr import DWS_MNIST, render
     from neuralgraph.training.tasks import InrEditing
@@ -145,6 +146,13 @@ def test_edit_writes_png_and_one_merged_network(tiny_inrs, tmp_path):
         average = render([w.flatten(0, 1) for w in members_w], [b.flatten(0, 1) for b in members_b]).mean(0)
     merged = render(weights, biases, convention=DWS_MNIST.__class__(layout=(2, 96, 96, 1)))
     torch.testing.assert_close(merged, average, rtol=0, atol=1e-5)
+
+    predict_args = fit_args(tiny_inrs, tmp_path / "predict", extra=["--model.k", "3", "--ckpt_path", checkpoint])
+    predict_args[0] = "predict"
+    predicted = run_lightning_cli(predict_args)
+    outputs = load_file(str(Path(predicted.trainer.log_dir) / "predictions.safetensors"))
+    assert outputs["members"].shape == (16, 3, 28, 28) and outputs["prediction"].shape == (16, 28, 28)
+    torch.testing.assert_close(outputs["prediction"][2], average, rtol=0, atol=1e-6)
 
 
 def test_checkpoint_of_a_foreign_file_gives_a_clear_error(tmp_path):

@@ -5,6 +5,7 @@ Differences from a bare LightningCLI, all in the spirit of the paper's protocol:
 * ``fit`` ends with ``test`` at the best-validation checkpoint (``--test_after_fit false``
   turns it off), so reported test metrics are never a minimum over test epochs;
 * checkpoints: the best by ``val/loss`` and ``last.ckpt`` (resume with ``--ckpt_path last``);
+* ``predict`` writes every output of the test split to ``predictions.safetensors`` in the log dir;
 * Lightning's default logger: CSV, or TensorBoard when it is installed, under
   ``trainer.default_root_dir``; ``seed_everything`` defaults to 0.
 """
@@ -14,6 +15,7 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
@@ -55,6 +57,17 @@ class NeuralgraphCLI(LightningCLI):
         if ckpt_path and Path(ckpt_path).is_file():
             check_checkpoint_matches(Path(ckpt_path), self.config[subcommand]["model"])
         super()._parse_ckpt_path()
+
+    def after_predict(self) -> None:
+        """Write the predictions (each output concatenated over batches) next to the logs."""
+        batches = self.trainer.predict_loop.predictions
+        if not batches or not self.trainer.is_global_zero:
+            return
+        path = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "predictions.safetensors"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file({key: torch.cat([b[key] for b in batches]).contiguous().cpu() for key in batches[0]}, str(path))
+        print(f"wrote {path}: " + ", ".join(f"{key} {tuple(torch.cat([b[key] for b in batches]).shape)}"
+                                            for key in batches[0]))
 
     def after_fit(self) -> None:
         if self.config[self.subcommand].get("test_after_fit", True):
