@@ -117,7 +117,7 @@ class MnistInrDataModule(L.LightningDataModule):
             if not split_ready(root, split):
                 print(f"MNIST-INR split {split!r} ({limit or 'all'} INRs, {self.hparams.source} MNIST) is not in {root} "
                       "yet: fitting the SIRENs now (once; later runs reuse them)")
-                make_inrs(root, (split,), limit, settings)
+                make_inrs(root, (split,), limit, settings, device="cuda" if torch.cuda.is_available() else "cpu")
 
     def setup(self, stage: Optional[str] = None) -> None:
         from neuralgraph.data.inr_dataset import InrDataset
