@@ -29,7 +29,10 @@ def main(argv: list[str] | None = None) -> int:
 
         run_lightning_cli(argv)
         return 0
-    parser = argparse.ArgumentParser(prog="neuralgraph", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="neuralgraph", description=__doc__.splitlines()[0],
+        epilog="Training: neuralgraph {fit,validate,test,predict} --config CONFIG.yaml "
+               "(LightningCLI; see `neuralgraph fit --help`).")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
