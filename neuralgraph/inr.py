@@ -255,13 +255,18 @@ class _Workspace:
 
     Activations are channel-major, ``[B, d, H * W]``, so every layer is one ``bmm`` of the
     ``[B, d_out, d_in + 1]`` block with the previous activation, which carries an extra row of
-    ones for the bias.
+    ones for the bias. ``bmm`` writes its large outputs into preallocated buffers: a fresh
+    multi-megabyte tensor per call costs as much as the ``bmm`` itself (page faults).
+    ``cosines[l]`` first receives layer ``l + 1``'s pre-activations (then their ``sin`` and,
+    in place, their ``cos``); ``grad_hidden[l]`` receives the gradient of ``h_{l+1}``.
     """
 
     def __init__(self, capacity: int, layout: Sequence[int], pixels: int, device, dtype):
         hidden = layout[1:-1]
         self.augmented = [torch.ones(capacity, d + 1, pixels, device=device, dtype=dtype) for d in hidden]
         self.cosines = [torch.empty(capacity, d, pixels, device=device, dtype=dtype) for d in hidden]
+        self.grad_hidden = [torch.empty(capacity, d, pixels, device=device, dtype=dtype) for d in hidden[:-1]]
+        self.residual = torch.empty(capacity, 1, pixels, device=device, dtype=dtype)
 
 
 def _loss_and_gradient(flat: Tensor, targets: Tensor, axes: tuple[Tensor, Tensor], convention: SirenConvention,
@@ -295,25 +300,32 @@ def _loss_and_gradient(flat: Tensor, targets: Tensor, axes: tuple[Tensor, Tensor
     torch.mul(cos_r.unsqueeze(-1), cos_c.unsqueeze(-2), out=c1)
     c1.addcmul_(sin_r.unsqueeze(-1), sin_c.unsqueeze(-2), value=-1)
     for l in range(2, num_layers):
-        z = torch.bmm(blocks[l - 1] * w0, hs[l - 2])
+        z = torch.bmm(blocks[l - 1] * w0, hs[l - 2], out=cs[l - 1])
         torch.sin(z, out=hs[l - 1][:, :layout[l]])
-        torch.cos(z, out=cs[l - 1])
-    residual = torch.bmm(blocks[-1], hs[-1]).add_(convention.output_offset - targets.view(n, 1, -1))  # [n, 1, P]
+        z.cos_()
+    residual = torch.bmm(blocks[-1], hs[-1], out=space.residual[:n])  # [n, 1, P]
+    residual.add_(convention.output_offset - targets.view(n, 1, -1))
     mse = residual.square().mean((1, 2))
-    # backward
+    # Backward. With z = W h + b, the last hidden layer's dL/dz is w0 * w_out * cos(w0 z) * g_out;
+    # the per-channel factor ``scale`` = w0 * w_out is applied to the small matrices it meets
+    # (that layer's weight gradient and W^T, or layer 1's gradient if it is the only hidden
+    # layer) instead of to the [n, d, P] activations, which saves a full pass over them.
+    # Below the last hidden layer ``scale`` is just w0.
     g_out = residual.mul_(2 / residual.shape[-1])
     grad_blocks = [torch.bmm(g_out, hs[-1].transpose(1, 2))]
-    g_z = cs[-1].mul_(blocks[-1][:, 0, :-1].unsqueeze(-1)).mul_(g_out)  # dL/d(w0 (W h + b)), [n, d, P]
+    scale = blocks[-1][:, 0, :-1].unsqueeze(-1) * w0  # [n, d, 1]
+    g_z = cs[-1].mul_(g_out)  # dL/dz / scale, [n, d, P]
     for l in range(num_layers - 1, 1, -1):
-        grad_blocks.insert(0, torch.bmm(g_z, hs[l - 2].transpose(1, 2)).mul_(w0))
-        g_h = torch.bmm((blocks[l - 1][:, :, :-1] * w0).transpose(1, 2), g_z)
+        # [d_in + 1, P] x [P, d] runs faster than the untransposed [d, P] x [P, d_in + 1]
+        grad_blocks.insert(0, torch.bmm(hs[l - 2], g_z.transpose(1, 2)).transpose(1, 2).mul_(scale))
+        g_h = torch.bmm((blocks[l - 1][:, :, :-1] * scale).transpose(1, 2), g_z, out=space.grad_hidden[l - 2][:n])
         g_z = cs[l - 2].mul_(g_h)
-    g_z1 = g_z.view(n, d1, height, width)
-    row_sums, col_sums = g_z1.sum(-1), g_z1.sum(-2)  # [n, d1, H], [n, d1, W]
-    first_grad = torch.stack([(row_sums * rows).sum(-1), (col_sums * cols).sum(-1), row_sums.sum(-1)], -1)
-    if row_input == 1:
-        first_grad = first_grad[..., [1, 0, 2]]
-    grad_blocks.insert(0, first_grad * w0)
+        scale = w0
+    # Layer 1's block gradient is dL/dz_1 [n, d1, P] times the [P, 3] matrix of inputs and a
+    # one per pixel; computed transposed, as [3, P] x [P, d1], MKL's fast shape for it.
+    inputs = grid_coordinates(height, width, convention, flat.device, flat.dtype)
+    design = torch.cat([inputs.t(), torch.ones_like(inputs[:, 0]).unsqueeze(0)]).expand(n, -1, -1)
+    grad_blocks.insert(0, torch.bmm(design, g_z.transpose(1, 2)).transpose(1, 2).mul_(scale))
     return mse, torch.cat([g.flatten(1) for g in grad_blocks], 1)
 
 
@@ -377,13 +389,14 @@ def fit_inrs(images: Tensor, seeds: Sequence[int], convention: SirenConvention =
             out_steps[done] = step.view(-1)[finished.to(device)].long().cpu()
             if on_finished is not None:
                 on_finished(len(done))
-        # Adam (torch.optim.Adam's update, with a per-INR step count)
+        # Adam (torch.optim.Adam's update, with a per-INR step count); the per-INR step size
+        # divides the denominator so that the update is a single addcdiv_
         step += 1
-        exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+        exp_avg.lerp_(grad, 1 - beta1)
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         step_size = config.lr / (1 - beta1 ** step)
-        denom = (exp_avg_sq.sqrt() / (1 - beta2 ** step).sqrt()).add_(config.eps)
-        flat.sub_(exp_avg / denom * step_size)
+        denom = exp_avg_sq.sqrt().div_((1 - beta2 ** step).sqrt()).add_(config.eps).div_(step_size)
+        flat.addcdiv_(exp_avg, denom, value=-1)
         if finished.any():
             keep = ~finished
             refill = torch.arange(queued, min(queued + int(finished.sum()), num))
