@@ -87,8 +87,9 @@ def test_decoder_reads_by_index_not_storage_order(seed, layout):
     with torch.no_grad():
         expected = decoder(graph, node, edge)
         actual = decoder(relabel_nodes(graph, order), node[order], edge)
+    # the same rows in another order may take another BLAS kernel path: equal up to rounding
     for a, e in zip(actual[0] + actual[1], expected[0] + expected[1]):
-        assert torch.equal(a, e)
+        torch.testing.assert_close(a, e, rtol=0, atol=1e-12)
 
 
 def test_decoder_with_zero_scale_returns_the_input_networks():
