@@ -152,7 +152,7 @@ def test_edit_and_predict_write_the_edited_networks(tiny_inrs, tmp_path):
     task = InrEditing.load_from_checkpoint(checkpoint, weights_only=True).eval()
     dataset_batch = cli.datamodule.test_dataloader().collate_fn([2])
     with torch.no_grad():
-        members_w, members_b = task.edited_networks(dataset_batch)
+        members_w, members_b = task.edited_networks(dataset_batch.graph)
         average = render([w.flatten(0, 1) for w in members_w], [b.flatten(0, 1) for b in members_b]).mean(0)
     merged = render(weights, biases, convention=DWS_MNIST.__class__(layout=(2, 96, 96, 1)))
     torch.testing.assert_close(merged, average, rtol=0, atol=1e-5)

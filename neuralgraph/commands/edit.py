@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     graph = mlp_to_graph([w.unsqueeze(0) for w in weights], [b.unsqueeze(0) for b in biases])
     with torch.no_grad():
-        out_w, out_b = task.decoder(graph, *task.metanet(graph))
+        out_w, out_b = task.edited_networks(graph)
         members = render([w[0] for w in out_w], [b[0] for b in out_b], args.resolution)  # [k, H, W]
         merged_w, merged_b = merge_ensemble(out_w, out_b)
         merged_w, merged_b = [w[0] for w in merged_w], [b[0] for b in merged_b]

@@ -183,13 +183,13 @@ class InrEditing(MetanetTask):
               f"({matched.reference_params:,} parameters)")
         return matched.config
 
-    def edited_networks(self, batch: InrBatch) -> tuple[list[Tensor], list[Tensor]]:
-        """The ``k`` output INRs per input: weights ``[B, k, d_out, d_in]``, biases ``[B, k, d_out]``."""
-        node, edge = self.metanet(batch.graph)
-        return self.decoder(batch.graph, node, edge)
+    def edited_networks(self, graph) -> tuple[list[Tensor], list[Tensor]]:
+        """The ``k`` output INRs per input graph: weights ``[B, k, d_out, d_in]``, biases ``[B, k, d_out]``."""
+        node, edge = self.metanet(graph)
+        return self.decoder(graph, node, edge)
 
     def loss_and_outputs(self, batch):
-        weights, biases = self.edited_networks(batch)
+        weights, biases = self.edited_networks(batch.graph)
         B, k = weights[0].shape[:2]
         size = batch.image.shape[-2:]
         members = render([w.flatten(0, 1) for w in weights], [b.flatten(0, 1) for b in biases], tuple(size))
