@@ -20,17 +20,23 @@ canonical network is still unique (only the permutation is not). Any other tie i
 *unresolved*: the result could depend on the input order. ``canonicalize`` then raises
 :class:`CanonicalizationError` naming the layer and neurons, or, with ``on_tie="flag"``,
 returns the result with ``unresolved`` set so the caller can discard it.
+
+With ``group="sign"`` or ``group="scale"`` the network is first brought to its canonical
+scaling (:mod:`neuralgraph.theory.scaling`: canonical sign, or unit incoming vectors), then
+ordered as above: one representative per orbit of permutations and sign flips (or positive
+rescalings) together.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from neuralgraph.theory.equivariant_space import flatten_parameters
 from neuralgraph.theory.gp import as_batched_mlp
+from neuralgraph.theory.scaling import canonical_scaling
 
 ON_TIE = ("raise", "flag")
 
@@ -45,13 +51,17 @@ class CanonicalForm:
 
     ``perms[l-1]`` is the order of hidden layer ``l``: canonical neuron ``i`` is input neuron
     ``perms[l-1][..., i]``, so ``permute_mlp(weights, biases, perms)`` reproduces the result
-    for a single network. ``unresolved`` is ``True`` for networks with an unresolved tie.
+    for a single network. ``unresolved`` is ``True`` for networks with an unresolved tie (or a
+    neuron without canonical scaling). ``scalings[l-1]`` (``None`` without ``group``) are the
+    per-neuron scalings applied before ordering, indexed like the input's neurons:
+    ``permute_mlp(*rescale_mlp(weights, biases, scalings), perms)`` is the result.
     """
 
     weights: list[Tensor]
     biases: list[Tensor]
     perms: list[Tensor]
     unresolved: Tensor
+    scalings: Optional[list[Tensor]] = None
 
 
 def lexsort_rows(keys: Tensor) -> Tensor:
@@ -67,11 +77,13 @@ def lexsort_rows(keys: Tensor) -> Tensor:
     return order
 
 
-def canonicalize(weights: Sequence[Tensor], biases: Sequence[Tensor], on_tie: str = "raise") -> CanonicalForm:
+def canonicalize(weights: Sequence[Tensor], biases: Sequence[Tensor], on_tie: str = "raise",
+                 group: Optional[str] = None) -> CanonicalForm:
     """Canonical form of an MLP (``nn.Linear`` convention, single or batched ``[B, ...]``).
 
     The result computes the same function, and is identical for every hidden permutation of
-    the input unless ``unresolved`` (see the module docstring for the exact key).
+    the input unless ``unresolved`` (see the module docstring for the exact key); with
+    ``group="sign"``/``"scale"``, for every permutation combined with sign flips/rescalings.
     """
     if on_tie not in ON_TIE:
         raise ValueError(f"on_tie={on_tie!r}: expected one of {ON_TIE}")
@@ -79,6 +91,17 @@ def canonicalize(weights: Sequence[Tensor], biases: Sequence[Tensor], on_tie: st
     weights, biases = list(weights), list(biases)
     B, L = biases[0].shape[0], len(weights)
     unresolved = torch.zeros(B, dtype=torch.bool, device=biases[0].device)
+    scalings = None
+    if group is not None:
+        weights, biases, scalings, dead = canonical_scaling(weights, biases, group)
+        if on_tie == "raise" and bool(dead.any()):
+            b = int(dead.nonzero()[0])
+            where = "" if single else f"network {b}: "
+            raise CanonicalizationError(
+                f"{where}a hidden neuron has zero bias and zero incoming weights, so it has no canonical "
+                f"{group}; pass on_tie='flag'"
+            )
+        unresolved |= dead
     perms = []
     for l in range(1, L):
         outgoing = weights[l].transpose(1, 2)  # [B, d_l, d_{l+1}]
@@ -105,18 +128,19 @@ def canonicalize(weights: Sequence[Tensor], biases: Sequence[Tensor], on_tie: st
         weights[l] = weights[l].gather(2, order.unsqueeze(1).expand_as(weights[l]))
         perms.append(order)
     if single:
-        return CanonicalForm([w[0] for w in weights], [b[0] for b in biases], [p[0] for p in perms], unresolved[0])
-    return CanonicalForm(weights, biases, perms, unresolved)
+        return CanonicalForm([w[0] for w in weights], [b[0] for b in biases], [p[0] for p in perms], unresolved[0],
+                             None if scalings is None else [q[0] for q in scalings])
+    return CanonicalForm(weights, biases, perms, unresolved, scalings)
 
 
-def canonical_features(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> Tensor:
+def canonical_features(weights: Sequence[Tensor], biases: Sequence[Tensor], group: Optional[str] = None) -> Tensor:
     """Weight-space vector of the canonical form, ``[P]`` or ``[B, P]``: an invariant embedding.
 
     Coordinates follow :func:`~neuralgraph.theory.equivariant_space.flatten_parameters`. Two
     networks get equal features iff their canonical forms are equal, i.e. (when no tie is
     unresolved, else this raises) iff they are related by a hidden permutation.
     """
-    form = canonicalize(weights, biases)
+    form = canonicalize(weights, biases, group=group)
     if form.biases[0].dim() == 1:
         return flatten_parameters(form.weights, form.biases)
     return torch.vmap(flatten_parameters)(form.weights, form.biases)

@@ -22,17 +22,22 @@ The two norms can only separate pairs the full row/column already separates (equ
 have equal norms); they are listed because they are cheap permutation-invariant scalars a
 model can read, and with them the tie counts show how much each summary keeps.
 
+With ``group="sign"`` (odd activations) or ``group="scale"`` (ReLU) the audit runs on the
+canonical scaling of the network (:mod:`neuralgraph.theory.scaling`), so two neurons tie when
+they tie after fixing each neuron's sign (or scale): GP up to that group.
+
 Everything works on a batch ``[B, ...]`` of networks of one layout at once.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from neuralgraph.graph.core import Layout, _check_blocks
+from neuralgraph.theory.scaling import canonical_scaling
 
 SEPARATORS = ("bias", "incoming_row", "outgoing_column", "incoming_row_norm", "outgoing_column_norm")
 
@@ -138,9 +143,14 @@ class GPAudit:
         return found
 
 
-def audit_gp(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> GPAudit:
-    """GP audit of one MLP or a batch ``[B, ...]`` of one layout (vectorised over networks)."""
+def audit_gp(weights: Sequence[Tensor], biases: Sequence[Tensor], group: Optional[str] = None) -> GPAudit:
+    """GP audit of one MLP or a batch ``[B, ...]`` of one layout (vectorised over networks).
+
+    ``group``: ``None`` (permutations only), ``"sign"`` or ``"scale"``: audit the canonical scaling.
+    """
     weights, biases, _ = as_batched_mlp(weights, biases)
+    if group is not None:
+        weights, biases, _, _ = canonical_scaling(weights, biases, group)
     return GPAudit(
         layout=layout_of(weights),
         bias_ties=tie_matrices(weights, biases, ("bias",)),

@@ -1,0 +1,197 @@
+r"""Features computed from the weights by running the network: probe activations and gradients.
+
+For an MLP with layout ``(d_0, ..., d_L)`` and activation :math:`\sigma`, evaluated at points
+:math:`x_1, \dots, x_P`:
+
+.. math::
+    a_0 = x_p, \qquad z_l = W_l a_{l-1} + b_l, \qquad a_l = \sigma(z_l)\ (0 < l < L), \qquad a_L = z_L.
+
+* **Probe features** (Neural Graphs' ``num_probe_features``): every neuron's value
+  :math:`a_l(x_p)` at the ``P`` probe points, a ``P``-vector per node.
+* **Gradient features** (GradMetaNet): the gradient of :math:`F = \sum_k f_k(x_p)` (the
+  output itself for a scalar INR) is, per point, :math:`\partial F / \partial W_l = \delta_l
+  a_{l-1}^\top` and :math:`\partial F / \partial b_l = \delta_l`, with the backprop signal
+
+  .. math::
+      \delta_L = \mathbf{1}, \qquad \delta_l = \sigma'(z_l) \odot W_{l+1}^\top \delta_{l+1}.
+
+  One batched forward and one batched backward give all ``B x P`` rank-one factors at once,
+  with no autograd loop over networks or points; the result is differentiable in the weights.
+
+Both are equivariant by construction: permuting the hidden neurons permutes
+:math:`a_l, \delta_l` the same way. With an odd :math:`\sigma` (``sine``, ``tanh``) flipping
+the sign of neuron ``i`` flips :math:`a_{l,i}` and :math:`\delta_{l,i}` (:math:`\sigma'` is
+even), so a weight's gradient flips like the weight. With ``relu`` a positive rescaling by
+``q_i`` multiplies :math:`a_{l,i}` by ``q_i`` and :math:`\delta_{l,i}` by ``1 / q_i``.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import Batch
+
+from neuralgraph.graph.core import Graph, GraphConversionError, common_layout, graph_to_mlp
+
+ACTIVATIONS = ("sine", "tanh", "relu")
+
+
+def check_activation(activation: str) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation={activation!r}: expected one of {ACTIVATIONS}")
+
+
+def _forward(z: Tensor, activation: str, w0: float) -> tuple[Tensor, Tensor]:
+    """``sigma(z)`` and ``sigma'(z)``."""
+    if activation == "sine":
+        return torch.sin(w0 * z), w0 * torch.cos(w0 * z)
+    if activation == "tanh":
+        a = torch.tanh(z)
+        return a, 1 - a * a
+    return torch.relu(z), (z > 0).to(z.dtype)
+
+
+class MLPTrace(NamedTuple):
+    """Per layer ``l = 0..L`` the values ``a_l`` ``[B, P, d_l]`` and backprop signals ``delta_l``.
+
+    ``deltas[0]`` is the signal at the inputs (``W_1^T delta_1``), kept for completeness.
+    """
+
+    activations: list[Tensor]
+    deltas: list[Tensor]
+
+
+def trace_mlp(weights: Sequence[Tensor], biases: Sequence[Tensor], points: Tensor,
+              activation: str = "sine", w0: float = 30.0) -> MLPTrace:
+    """Forward and backward pass of ``B`` MLPs at ``P`` points each.
+
+    Args:
+        weights: per layer ``[B, d_l, d_{l-1}]`` (``nn.Linear`` convention).
+        biases: per layer ``[B, d_l]``.
+        points: ``[P, d_0]`` shared by all networks, or ``[B, P, d_0]``.
+        activation: ``"sine"`` (``sin(w0 z)``, SIREN), ``"tanh"`` or ``"relu"``; the last layer
+            is linear.
+    """
+    check_activation(activation)
+    if weights[0].dim() != 3:
+        raise ValueError(f"trace_mlp: weights[0] has shape {tuple(weights[0].shape)}, expected [B, d_1, d_0]")
+    B, d0 = weights[0].shape[0], weights[0].shape[-1]
+    shape = tuple(points.shape)
+    if points.dim() == 2:
+        points = points.expand(B, *points.shape)
+    if points.dim() != 3 or points.shape[0] != B or points.shape[-1] != d0:
+        raise ValueError(f"trace_mlp: points {shape} do not match [P, {d0}] or [{B}, P, {d0}]")
+    activations, slopes = [points.to(weights[0].dtype)], []
+    for l, (w, b) in enumerate(zip(weights, biases), start=1):
+        z = torch.baddbmm(b.unsqueeze(1), activations[-1], w.transpose(1, 2))
+        if l < len(weights):
+            a, slope = _forward(z, activation, w0)
+            activations.append(a)
+            slopes.append(slope)
+        else:
+            activations.append(z)
+    delta = torch.ones_like(activations[-1])
+    deltas = [delta]
+    for l in range(len(weights) - 1, -1, -1):
+        delta = torch.bmm(delta, weights[l])  # W_{l+1}^T delta, row-vector form
+        if l > 0:
+            delta = delta * slopes[l - 1]
+        deltas.append(delta)
+    return MLPTrace(activations, deltas[::-1])
+
+
+def _layer_offsets(layout: Sequence[int], device) -> Tensor:
+    return torch.tensor([0, *layout], device=device).cumsum(0)[:-1]
+
+
+def _node_rows(graph: Graph) -> Tensor:
+    """For each node, its column in ``cat(per-layer [B, P, d_l])`` of its network."""
+    layout = common_layout(graph)
+    return _layer_offsets(layout, graph.x.device)[graph.node_layer] + graph.node_index
+
+
+def _graph_index(graph: Graph) -> Tensor:
+    if isinstance(graph, Batch):
+        return graph.batch
+    return torch.zeros(graph.num_nodes, dtype=torch.long, device=graph.x.device)
+
+
+def _graph_trace(graph: Graph, points: Tensor, activation: str, w0: float) -> tuple[Tensor, Tensor]:
+    """Values and backprop signals of every node at the points: two ``[N, P]`` tensors."""
+    if graph.edge_attr.dim() != 2 or graph.edge_attr.shape[1] != 1:
+        raise GraphConversionError(
+            f"probe and gradient features need MLP graphs; edge_attr has {graph.edge_attr.shape[-1]} features per edge"
+        )
+    weights, biases = graph_to_mlp(graph)
+    if weights[0].dim() == 2:
+        weights, biases = [w.unsqueeze(0) for w in weights], [b.unsqueeze(0) for b in biases]
+    trace = trace_mlp(weights, biases, points, activation, w0)
+    values = torch.cat(trace.activations, dim=2)  # [B, P, N_per_graph]
+    deltas = torch.cat(trace.deltas, dim=2)
+    rows, graphs = _node_rows(graph), _graph_index(graph)
+    return values[graphs, :, rows], deltas[graphs, :, rows]
+
+
+def probe_features(graph: Graph, points: Tensor, activation: str = "sine", w0: float = 30.0) -> Tensor:
+    """``[N, P]``: each neuron's value ``a_l(x_p)`` at the probe points (inputs: the points)."""
+    return _graph_trace(graph, points, activation, w0)[0]
+
+
+class GradientFeatures(NamedTuple):
+    """Per-point gradients of the summed output, aligned with the graph.
+
+    ``edge``: ``[E, P]``, the gradient w.r.t. each weight, :math:`\\delta_i(x_p) a_j(x_p)` for the
+    edge ``j -> i``. ``node``: ``[N, P]``, the gradient w.r.t. each bias, :math:`\\delta_i(x_p)`
+    (input neurons: the gradient w.r.t. the input coordinate).
+    """
+
+    edge: Tensor
+    node: Tensor
+
+
+def gradient_features(graph: Graph, points: Tensor, activation: str = "sine", w0: float = 30.0) -> GradientFeatures:
+    """Closed-form per-example gradients of every network of ``graph`` at ``points``."""
+    values, deltas = _graph_trace(graph, points, activation, w0)
+    src, dst = graph.edge_index
+    return GradientFeatures(deltas[dst] * values[src], deltas)
+
+
+class ProbePoints(nn.Module):
+    """``P`` probe inputs in ``[-1, 1]^{d_0}``, drawn uniformly, learned or fixed.
+
+    Neural Graphs learns its probe inputs (initialised the same way); ``learn=False`` keeps
+    them as a buffer, e.g. the points of a fixed gradient data set.
+    """
+
+    def __init__(self, num_points: int, in_features: int = 2, learn: bool = True):
+        super().__init__()
+        if num_points < 1 or in_features < 1:
+            raise ValueError(f"ProbePoints: num_points={num_points} and in_features={in_features} must be >= 1")
+        points = torch.empty(num_points, in_features)
+        if learn:
+            self.points = nn.Parameter(points)
+        else:
+            self.register_buffer("points", points)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.points.uniform_(-1.0, 1.0)
+
+    def forward(self, graph: Graph) -> Tensor:
+        d0 = common_layout(graph)[0]
+        if d0 != self.points.shape[1]:
+            raise ValueError(f"ProbePoints has {self.points.shape[1]}-dimensional points but the networks have {d0} inputs")
+        return self.points
+
+
+__all__ = [
+    "ACTIVATIONS",
+    "GradientFeatures",
+    "MLPTrace",
+    "ProbePoints",
+    "gradient_features",
+    "probe_features",
+    "trace_mlp",
+]
