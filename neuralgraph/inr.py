@@ -106,6 +106,22 @@ class FitConfig:
         return cls(**{**data, "betas": tuple(data["betas"])})
 
 
+@dataclass(frozen=True)
+class InrRecipe:
+    """A named way of making INRs: the SIREN convention and the fitting settings."""
+
+    convention: SirenConvention
+    fit: FitConfig
+
+
+# Named recipes for ``make-inrs --preset``; ``docs/inr.md`` gives the calibration behind them.
+PRESETS = {
+    # DWSNets' published recipe as written (lr 5e-4, 1000 steps, stop at 40 dB): the datasets
+    # made before the calibration; its INRs are less spread than the released ones.
+    "dws-1000": InrRecipe(DWS_MNIST, FitConfig()),
+}
+
+
 def grid_axes(height: int, width: int, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
     """Row and column coordinates of a ``height x width`` image: ``linspace(-1, 1, .)`` each."""
     return (
@@ -269,6 +285,24 @@ class _Workspace:
         self.residual = torch.empty(capacity, 1, pixels, device=device, dtype=dtype)
 
 
+def _pixel_sum_bmm(a: Tensor, b: Tensor) -> Tensor:
+    """``torch.bmm(a, b)`` for a product that sums over the pixels, in a batch-independent order.
+
+    MKL runs each product of a batch at least as large as the thread count on one thread, but
+    splits a lone product's pixel sum between threads, which changes its rounding (measured
+    with 2 threads: a pool of one INR drifted from the same INR in a pool of two). A batch
+    smaller than the thread count is therefore multiplied on one thread.
+    """
+    threads = torch.get_num_threads()
+    if a.shape[0] >= threads or a.device.type != "cpu":
+        return torch.bmm(a, b)
+    torch.set_num_threads(1)
+    try:
+        return torch.bmm(a, b)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _loss_and_gradient(flat: Tensor, targets: Tensor, axes: tuple[Tensor, Tensor], convention: SirenConvention,
                        space: _Workspace) -> tuple[Tensor, Tensor]:
     """Per-INR mean squared error ``[B]`` and its gradient ``[B, num_parameters]``.
@@ -312,12 +346,12 @@ def _loss_and_gradient(flat: Tensor, targets: Tensor, axes: tuple[Tensor, Tensor
     # layer) instead of to the [n, d, P] activations, which saves a full pass over them.
     # Below the last hidden layer ``scale`` is just w0.
     g_out = residual.mul_(2 / residual.shape[-1])
-    grad_blocks = [torch.bmm(g_out, hs[-1].transpose(1, 2))]
+    grad_blocks = [_pixel_sum_bmm(g_out, hs[-1].transpose(1, 2))]
     scale = blocks[-1][:, 0, :-1].unsqueeze(-1) * w0  # [n, d, 1]
     g_z = cs[-1].mul_(g_out)  # dL/dz / scale, [n, d, P]
     for l in range(num_layers - 1, 1, -1):
         # [d_in + 1, P] x [P, d] runs faster than the untransposed [d, P] x [P, d_in + 1]
-        grad_blocks.insert(0, torch.bmm(hs[l - 2], g_z.transpose(1, 2)).transpose(1, 2).mul_(scale))
+        grad_blocks.insert(0, _pixel_sum_bmm(hs[l - 2], g_z.transpose(1, 2)).transpose(1, 2).mul_(scale))
         g_h = torch.bmm((blocks[l - 1][:, :, :-1] * scale).transpose(1, 2), g_z, out=space.grad_hidden[l - 2][:n])
         g_z = cs[l - 2].mul_(g_h)
         scale = w0
@@ -325,7 +359,7 @@ def _loss_and_gradient(flat: Tensor, targets: Tensor, axes: tuple[Tensor, Tensor
     # one per pixel; computed transposed, as [3, P] x [P, d1], MKL's fast shape for it.
     inputs = grid_coordinates(height, width, convention, flat.device, flat.dtype)
     design = torch.cat([inputs.t(), torch.ones_like(inputs[:, 0]).unsqueeze(0)]).expand(n, -1, -1)
-    grad_blocks.insert(0, torch.bmm(design, g_z.transpose(1, 2)).transpose(1, 2).mul_(scale))
+    grad_blocks.insert(0, _pixel_sum_bmm(design, g_z.transpose(1, 2)).transpose(1, 2).mul_(scale))
     return mse, torch.cat([g.flatten(1) for g in grad_blocks], 1)
 
 

@@ -146,7 +146,16 @@ def test_fitting_reaches_40db_within_budget():
     assert torch.allclose(rendered, result.psnr, atol=0.05)
 
 
-def test_an_inr_does_not_depend_on_its_batch_mates():
+@pytest.fixture
+def two_threads():
+    """Two torch threads, so that MKL's multithreaded paths (which differ by batch size) run."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_an_inr_does_not_depend_on_its_batch_mates(two_threads):
     images = digits(7)
     config = dict(steps=30, target_psnr=11.0)
     together = fit_inrs(images, range(7), SIREN_INIT, FitConfig(pool_size=3, **config))

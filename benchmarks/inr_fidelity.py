@@ -1,0 +1,142 @@
+"""INR data fidelity: statistics of our fitted MNIST INRs against the INRs DWSNets released.
+
+For each recipe, fits the INRs of the first ``N`` digits of the ``train`` split (the same
+digits and seeds as ``neuralgraph make-inrs --split train --limit N``) and prints, beside the
+released set's published numbers and their ratio:
+
+* per-layer std of the weights and of the biases (over all INRs, as ``neuralgraph inr-stats``);
+* the share of INRs in bias general position after quantization to 16 / 12 / 8 bits, under
+  three schemes: IEEE half precision (16 bits only), uniform symmetric with one scale per
+  tensor, and one scale per layer (``neuralgraph.theory.quantize``; uniform 16 bits is
+  ``s = max|t| / (2^15 - 1)``);
+* PSNR quantiles, the share of INRs stopped early, and the fitting time.
+
+Each finished recipe is appended as one JSON line to ``--out`` (a killed run loses only the
+recipe in progress) and its table is printed.
+
+    python benchmarks/inr_fidelity.py --n 200 --recipes dws-1000 lr1e-3-2000 --out benchmarks/results/x.jsonl
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from neuralgraph.data.generate import inr_seed, split_digits
+from neuralgraph.inr import DWS_MNIST, PRESETS, FitConfig, fit_inrs
+from neuralgraph.theory.gp import audit_gp
+from neuralgraph.theory.quantize import quantize, symmetric_scale
+
+# The INR set released with DWSNets (60,000 MNIST SIRENs): per-layer std, and the share of
+# INRs in bias GP after quantization (published table; bit widths 16, 12, 8).
+RELEASED_STD = {"weight": (0.063, 0.018, 0.118), "bias": (0.021, 0.011, 0.100)}
+RELEASED_GP = {16: 97.98, 12: 72.66, 8: 0.62}
+SCHEMES = ("fp16", "tensor", "layer")
+QUANTILES = (0.05, 0.5, 0.95)
+
+# Recipes screened besides the named presets: (convention changes, fit changes, dtype).
+CANDIDATES = {
+    "lr1e-3-1000": ({}, {"lr": 1e-3}, "float32"),
+    "lr5e-4-2000": ({}, {"steps": 2000}, "float32"),
+    "lr1e-3-2000": ({}, {"lr": 1e-3, "steps": 2000}, "float32"),
+    "lr5e-4-5000": ({}, {"steps": 5000}, "float32"),
+    "lr1e-3-5000": ({}, {"lr": 1e-3, "steps": 5000}, "float32"),
+    "lr1e-3-2000-nostop": ({}, {"lr": 1e-3, "steps": 2000, "target_psnr": float("inf")}, "float32"),
+    "lr5e-4-1000-fp64": ({}, {}, "float64"),
+    "siren-1000": ({"init": "siren"}, {}, "float32"),
+}
+
+
+def recipes() -> dict:
+    """Every recipe by name: the presets, then the screened candidates (based on ``dws-1000``)."""
+    table = {name: (preset.convention, preset.fit, "float32") for name, preset in PRESETS.items()}
+    for name, (conv, fit, dtype) in CANDIDATES.items():
+        table[name] = (dataclasses.replace(DWS_MNIST, **conv), dataclasses.replace(FitConfig(), **fit), dtype)
+    return table
+
+
+def quantized_biases(weights, biases, bits: int, scheme: str) -> list[torch.Tensor]:
+    """The hidden biases after storing the network in ``bits`` bits under ``scheme``."""
+    if scheme == "fp16":
+        return [quantize(b, 16) for b in biases]
+    # uniform b-bit: round(t / s) * s with s = max|t| / (2^(b-1) - 1) (max over a tensor or a layer)
+    out = []
+    for w, b in zip(weights, biases):
+        scale = symmetric_scale([b] if scheme == "tensor" else [w, b], bits).view(-1, 1)
+        out.append(quantize(b, min(bits, 15), scale))
+    return out
+
+
+def gp_percent(weights, biases, bits: int, scheme: str) -> float:
+    quantized = quantized_biases(weights, biases, bits, scheme)
+    return 100 * audit_gp(weights, quantized).in_gp.double().mean().item()
+
+
+def measure(name: str, n: int, source: str) -> dict:
+    convention, fit, dtype = recipes()[name]
+    digits = split_digits("train", source, split_seed=0, limit=n)
+    images = (torch.from_numpy(digits.images).to(getattr(torch, dtype)) / 255)
+    seeds = [inr_seed(0, "train", i) for i in digits.indices]
+    start = time.perf_counter()
+    result = fit_inrs(images, seeds, convention, fit)
+    seconds = time.perf_counter() - start
+    weights, biases = [w.double() for w in result.weights], [b.double() for b in result.biases]
+    gp = {scheme: {bits: gp_percent(weights, biases, bits, scheme) for bits in RELEASED_GP
+                   if scheme != "fp16" or bits == 16} for scheme in SCHEMES}
+    return {
+        "recipe": name, "n": n, "dtype": dtype, "convention": convention.to_dict(), "fit": fit.to_dict(),
+        "weight_std": [w.std().item() for w in weights], "bias_std": [b.std().item() for b in biases],
+        "gp": gp, "psnr_quantiles": dict(zip(map(str, QUANTILES), torch.quantile(
+            result.psnr.double(), torch.tensor(QUANTILES, dtype=torch.float64)).tolist())),
+        "stopped_early": (result.steps < fit.steps).double().mean().item(),
+        "mean_steps": result.steps.double().mean().item(), "seconds": seconds,
+        "threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
+    }
+
+
+def table(row: dict) -> str:
+    """The markdown table of one recipe beside the released set."""
+    lines = [f"### {row['recipe']} (N = {row['n']}, {row['dtype']}, lr {row['fit']['lr']}, "
+             f"{row['fit']['steps']} steps, stop at {row['fit']['target_psnr']} dB)", "",
+             "| statistic | released | ours | ratio |", "|---|---|---|---|"]
+    for kind in ("weight", "bias"):
+        for l, (ref, ours) in enumerate(zip(RELEASED_STD[kind], row[f"{kind}_std"]), start=1):
+            lines.append(f"| layer {l} {kind} std | {ref:.3f} | {ours:.4f} | {ours / ref:.3f} |")
+    for scheme, rates in row["gp"].items():
+        for bits, ours in rates.items():
+            ref = RELEASED_GP[int(bits)]
+            lines.append(f"| GP {bits} bit, {scheme} | {ref:.2f}% | {ours:.2f}% | {ours - ref:+.2f} pt |")
+    q = row["psnr_quantiles"]
+    lines += [f"| PSNR 5/50/95% | not published | {q['0.05']:.1f} / {q['0.5']:.1f} / {q['0.95']:.1f} dB | |",
+              f"| stopped early | | {100 * row['stopped_early']:.1f}% (mean {row['mean_steps']:.0f} steps) | |",
+              f"| time | | {row['seconds']:.0f} s on {row['threads']} thread(s) | |"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipes", nargs="+", default=["dws-released"], choices=sorted(recipes()))
+    parser.add_argument("--n", type=int, default=500, help="INRs per recipe (500 reads a std to 1-2%%)")
+    parser.add_argument("--source", choices=("full", "embedded"), default="full", help="MNIST files or the subset")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: other jobs share this CPU)")
+    parser.add_argument("--out", type=Path, default=None, help="JSON lines file to append each recipe's row to")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows = []
+    for name in args.recipes:
+        row = measure(name, args.n, args.source)
+        if args.out is not None:
+            with open(args.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        print(table(row) + "\n", flush=True)
+        rows.append(row)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
