@@ -111,14 +111,14 @@ def main(argv=None) -> dict:
     set_backend(original_backend)
 
     gmn = GMN(args.hidden_dim, args.num_layers).to(device)
-    encoded = gmn.encoder(graph)
-    node0, edge0 = encoded.node.detach(), encoded.edge.detach()
+    node0, edge0, context = gmn.encoder(graph)
+    node0, edge0 = node0.detach(), edge0.detach()
     dense0 = to_dense(graph, node0, edge0)
 
     def sparse_layers():
         node, edge = node0, edge0
         for layer in gmn.layers:
-            node, edge = layer(node, edge, encoded)
+            node, edge = layer(node, context.edge_index, edge)
         return node, edge
 
     def dense_layers():

@@ -16,7 +16,7 @@ from torch_geometric.data import Batch
 
 from neuralgraph.graph import mlp_to_graph, permute_mlp
 from neuralgraph.nn import build_metanet, metanet_class
-from neuralgraph.nn.encoder import EncodedGraph
+from neuralgraph.nn.encoder import EncodedGraph, graph_context
 from neuralgraph.theory.equivariant_space import (
     commutant_dimension,
     commutes,
@@ -58,7 +58,7 @@ def encoded_batch(layout, vectors_key: bytes) -> EncodedGraph:
     vectors = torch.frombuffer(bytearray(vectors_key), dtype=torch.float64).view(-1, parameter_count(layout))
     weights, biases = zip(*[unflatten_parameters(v, layout) for v in vectors])
     graph = mlp_to_graph([torch.stack(w) for w in zip(*weights)], [torch.stack(b) for b in zip(*biases)])
-    return EncodedGraph(graph.x, graph.edge_attr, graph.edge_index, graph.edge_layer, graph.num_edges, graph)
+    return EncodedGraph(graph.x, graph.edge_attr, graph_context(graph, with_layer_index=True))
 
 
 def layer_matrix(layer, layout) -> torch.Tensor:
@@ -66,7 +66,8 @@ def layer_matrix(layer, layout) -> torch.Tensor:
 
     def apply(vectors):
         encoded = encoded_batch(layout, vectors.numpy().tobytes())
-        node, edge = layer(encoded.node, encoded.edge, encoded)
+        context = encoded.context
+        node, edge = layer(encoded.node, context.edge_index, encoded.edge, **layer.context_arguments(context))
         B = len(vectors)
         return torch.cat([edge.view(B, -1), node.view(B, -1)[:, layout[0] :]], dim=1)
 

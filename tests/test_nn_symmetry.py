@@ -17,6 +17,11 @@ from torch_geometric.data import Batch
 
 from neuralgraph.graph import GraphConversionError, mlp_to_graph, module_to_graph, permute_mlp, random_hidden_permutation
 from neuralgraph.nn import METANETS, GraphEncoder, InvariantReadout, Metanet, WeightDecoder, build_metanet, register_metanet
+from neuralgraph.nn.encoder import GraphContext, layer_index
+from neuralgraph.nn.gmn import GMNLayer
+from neuralgraph.nn.nft import NeuronAttentionLayer
+from neuralgraph.nn.ng_gnn import NGGNNLayer
+from neuralgraph.nn.ng_t import RelationalAttentionLayer
 
 ARCHITECTURES = sorted(METANETS)
 MAX_LAYERS = 3
@@ -148,9 +153,9 @@ def test_encoder_reverse_edges_carry_both_directions():
     graph = mlp_to_graph(*[[t[0] for t in ts] for ts in (weights, biases)])
     encoder = GraphEncoder(4, reverse_edges=True).double()
     encoded = encoder(graph)
-    E = graph.num_edges
-    assert encoded.num_edges == E and encoded.edge.shape == (2 * E, 4)
-    assert torch.equal(encoded.edge_index[:, E:], graph.edge_index.flip(0))
+    E, context = graph.num_edges, encoded.context
+    assert context.num_edges == E and encoded.edge.shape == (2 * E, 4)
+    assert torch.equal(context.edge_index[:, context.reverse], context.edge_index.flip(0))
     lift = encoder.edge_lift.linear
     forward_rows = graph.edge_attr @ lift.weight[:, :1].T + lift.bias
     reverse_rows = graph.edge_attr @ lift.weight[:, 1:].T + lift.bias
@@ -180,6 +185,15 @@ def test_np_symmetry_requires_layer_embeddings():
         NPNet(4, 0, positional="neuron")
 
 
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_every_metanet_builds_with_defaults(name):
+    """``build_metanet(name)`` needs no arguments, and the model reads the project's INR layout."""
+    metanet = build_metanet(name)
+    graph = mlp_to_graph(*[[t.float() for t in ts] for ts in random_mlps((2, 4, 4, 1), 2, 0)])
+    node, edge = metanet(graph)
+    assert node.shape == (graph.num_nodes, metanet.hidden_dim) and edge.shape == (graph.num_edges, metanet.hidden_dim)
+
+
 def test_registry_errors():
     with pytest.raises(ValueError, match="known: .*'gmn'"):
         build_metanet("no_such_net")
@@ -194,3 +208,80 @@ def test_decoder_rejects_conv_graphs():
     with pytest.raises(GraphConversionError, match="features per edge"):
         graph = module_to_graph(cnn)
         WeightDecoder(4)(graph, torch.zeros(graph.num_nodes, 4), torch.zeros(graph.num_edges, 4))
+
+
+def permute_edges(context: GraphContext, perm: torch.Tensor) -> GraphContext:
+    """``context`` with its edges reordered by ``perm`` (edge ``k`` of the result is edge ``perm[k]``)."""
+    inverse_perm = torch.argsort(perm)
+    edge_index, edge_layer = context.edge_index[:, perm], context.edge_layer[perm]
+    layers = context.layers and layer_index(
+        context.node_layer, context.node_index, edge_index, edge_layer, context.batch, context.num_graphs
+    )
+    reverse = None if context.reverse is None else inverse_perm[context.reverse[perm]]
+    return context._replace(edge_index=edge_index, edge_layer=edge_layer, reverse=reverse, layers=layers)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_layer_outputs_follow_the_edge_order(name):
+    """Shuffling the edges given to a layer (with their features, reverse index and layer index) shuffles its edge outputs."""
+    metanet, _, _ = float64_model(name)
+    graph = Batch.from_data_list([mlp_to_graph(*[[t[0] for t in ts] for ts in random_mlps(layout, 1, seed)])
+                                  for seed, layout in enumerate([(2, 4, 3, 1), (2, 3, 5, 1)])])
+    with torch.no_grad():
+        node, edge, context = metanet.encoder(graph)
+        layer = metanet.layers[0]
+        perm = torch.randperm(edge.shape[0], generator=torch.Generator().manual_seed(0))
+        shuffled = permute_edges(context, perm)
+        node_out, edge_out = layer(node, context.edge_index, edge, **layer.context_arguments(context))
+        node_p, edge_p = layer(node, shuffled.edge_index, edge[perm], **layer.context_arguments(shuffled))
+    torch.testing.assert_close(node_p, node_out, rtol=0, atol=TOLERANCE)
+    torch.testing.assert_close(edge_p, edge_out[perm], rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_model_outputs_follow_the_edge_order_of_the_batch(name):
+    """Storing a batch's edges in another order (edge fields along) permutes the edge outputs, nothing else."""
+    metanet, readout, _ = float64_model(name)
+    graph = mlp_to_graph(*random_mlps((2, 4, 3, 1), 3, 1))
+    perm = torch.randperm(graph.num_edges, generator=torch.Generator().manual_seed(1))
+    shuffled = graph.clone()
+    shuffled.edge_index, shuffled.edge_attr, shuffled.edge_layer = graph.edge_index[:, perm], graph.edge_attr[perm], graph.edge_layer[perm]
+    with torch.no_grad():
+        node, edge = metanet(graph)
+        node_p, edge_p = metanet(shuffled)
+        torch.testing.assert_close(readout(shuffled, node_p, edge_p), readout(graph, node, edge), rtol=0, atol=TOLERANCE)
+    torch.testing.assert_close(node_p, node, rtol=0, atol=TOLERANCE)
+    torch.testing.assert_close(edge_p, edge[perm], rtol=0, atol=TOLERANCE)
+
+
+def random_graph(num_nodes: int, num_edges: int, dim: int, seed: int):
+    """A graph that is no parameter graph: random edges (no self loops), features, two layers."""
+    generator = torch.Generator().manual_seed(seed)
+    src = torch.randint(num_nodes, (num_edges,), generator=generator)
+    dst = (src + torch.randint(1, num_nodes, (num_edges,), generator=generator)) % num_nodes
+    x = torch.randn(num_nodes, dim, generator=generator, dtype=torch.float64)
+    edge_attr = torch.randn(num_edges, dim, generator=generator, dtype=torch.float64)
+    return x, torch.stack([src, dst]), edge_attr
+
+
+@pytest.mark.parametrize("layer_class, kwargs", [(GMNLayer, {}), (NGGNNLayer, {"deg": torch.tensor([0, 4, 4, 2])}),
+                                                 (RelationalAttentionLayer, {}), (NeuronAttentionLayer, {})])
+def test_layer_is_a_drop_in_operator(layer_class, kwargs):
+    """A layer runs on plain tensors of any graph, like a PyG operator, and is equivariant to node relabelling."""
+    torch.manual_seed(0)
+    layer = layer_class(hidden_dim=8, **kwargs).double().eval()
+    x, edge_index, edge_attr = random_graph(10, 30, 8, seed=3)
+    context = {"batch": torch.zeros(10, dtype=torch.long), "node_layer": torch.arange(10) % 2}
+    if "reverse" in layer.context:
+        edge_index, edge_attr = torch.cat([edge_index, edge_index.flip(0)], 1), torch.cat([edge_attr, -edge_attr])
+        context["reverse"] = (torch.arange(60) + 30) % 60
+    arguments = {name: context[name] for name in layer.context}
+    relabel = torch.randperm(10, generator=torch.Generator().manual_seed(4))  # node i becomes node relabel[i]
+    inverse_relabel = torch.argsort(relabel)
+    with torch.no_grad():
+        node, edge = layer(x, edge_index, edge_attr, **arguments)
+        moved = {name: value[inverse_relabel] if name in ("batch", "node_layer") else value for name, value in arguments.items()}
+        node_r, edge_r = layer(x[inverse_relabel], relabel[edge_index], edge_attr, **moved)
+    assert node.shape == x.shape and edge.shape == edge_attr.shape
+    torch.testing.assert_close(node_r, node[inverse_relabel], rtol=0, atol=TOLERANCE)
+    torch.testing.assert_close(edge_r, edge, rtol=0, atol=TOLERANCE)

@@ -3,7 +3,7 @@
 Importing this package registers every architecture in :data:`METANETS`.
 """
 from neuralgraph.nn.base import EdgeUpdate, FeedForward, FiLM, Metanet, MetanetLayer, ResidualNorm
-from neuralgraph.nn.encoder import EncodedGraph, GraphEncoder
+from neuralgraph.nn.encoder import EncodedGraph, GraphContext, GraphEncoder, LayerIndex
 from neuralgraph.nn.registry import METANETS, build_metanet, metanet_class, register_metanet
 from neuralgraph.nn.heads import InvariantReadout, WeightDecoder
 from neuralgraph.nn.ensemble import merge_ensemble
@@ -22,8 +22,10 @@ __all__ = [
     "EncodedGraph",
     "FeedForward",
     "FiLM",
+    "GraphContext",
     "GraphEncoder",
     "InvariantReadout",
+    "LayerIndex",
     "Metanet",
     "MetanetLayer",
     "ResidualNorm",

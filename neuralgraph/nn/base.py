@@ -15,12 +15,12 @@ An architecture declares the permutation group it respects in ``symmetry``:
 from __future__ import annotations
 
 import abc
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 from torch import Tensor, nn
 
 from neuralgraph.graph.core import Graph
-from neuralgraph.nn.encoder import MAX_LAYERS, MAX_NODE_TYPES, EncodedGraph, GraphEncoder
+from neuralgraph.nn.encoder import MAX_LAYERS, MAX_NODE_TYPES, GraphContext, GraphEncoder
 
 SYMMETRIES = ("hidden", "np")
 
@@ -32,15 +32,35 @@ def check_heads(hidden_dim: int, num_heads: int) -> None:
 
 
 class MetanetLayer(nn.Module, abc.ABC):
-    """One layer of a metanetwork: updates node and edge features on the encoded graph."""
+    """One layer of a metanetwork, callable like a PyG operator.
+
+    ``layer(x, edge_index, edge_attr, **context) -> (x, edge_attr)``: node features ``[N, d]``,
+    edges ``[2, E]`` and edge features ``[E, d]`` in, updated node and edge features out. A
+    layer that needs more of the graph's structure names the :class:`GraphContext` fields it
+    reads in ``context`` (e.g. ``("reverse",)``) and takes them as keyword arguments of the same
+    names, so it runs on explicit tensors outside a :class:`Metanet` too.
+    """
+
+    context: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        unknown = set(cls.context) - set(GraphContext._fields)
+        if unknown:
+            raise TypeError(f"{cls.__name__}.context names {sorted(unknown)}, not fields of GraphContext "
+                            f"{GraphContext._fields}")
+
+    def context_arguments(self, context: GraphContext) -> dict[str, Any]:
+        """The keyword arguments this layer reads from ``context``."""
+        return {name: getattr(context, name) for name in self.context}
 
     @abc.abstractmethod
     def reset_parameters(self) -> None:
         """Re-initialise every parameter of the layer."""
 
     @abc.abstractmethod
-    def forward(self, node: Tensor, edge: Tensor, encoded: EncodedGraph) -> tuple[Tensor, Tensor]:
-        """Return updated ``(node [N, d], edge [E or 2E, d])``."""
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, **context) -> tuple[Tensor, Tensor]:
+        """Return updated ``(x [N, d], edge_attr [E, d])``."""
 
 
 class Metanet(nn.Module):
@@ -60,7 +80,9 @@ class Metanet(nn.Module):
 
     name: ClassVar[str] = ""  # set by register_metanet
     symmetry: ClassVar[str] = "hidden"
+    # The encoder adds reverse edges (GraphContext.reverse pairs them) / groups layers (GraphContext.layers).
     uses_reverse_edges: ClassVar[bool] = False
+    uses_layer_index: ClassVar[bool] = False
     # Constructor argument that hidden_dim must be a multiple of (e.g. "num_heads"), if any.
     hidden_dim_multiple_of: ClassVar[Optional[str]] = None
 
@@ -97,6 +119,7 @@ class Metanet(nn.Module):
             edge_features=edge_features,
             positional=positional,
             reverse_edges=self.uses_reverse_edges,
+            layer_index=self.uses_layer_index,
             fourier_features=fourier_features,
             fourier_scale=fourier_scale,
             max_layers=max_layers,
@@ -111,11 +134,10 @@ class Metanet(nn.Module):
 
     def forward(self, graph: Graph) -> tuple[Tensor, Tensor]:
         """Node features ``[N, hidden_dim]`` and edge features ``[E, hidden_dim]`` of ``graph``."""
-        encoded = self.encoder(graph)
-        node, edge = encoded.node, encoded.edge
+        node, edge, context = self.encoder(graph)
         for layer in self.layers:
-            node, edge = layer(node, edge, encoded)
-        return node, edge[: encoded.num_edges]
+            node, edge = layer(node, context.edge_index, edge, **layer.context_arguments(context))
+        return node, edge[: context.num_edges]
 
     def __repr__(self) -> str:
         return (
@@ -168,14 +190,14 @@ class EdgeUpdate(nn.Module):
                 lin.reset_parameters()
         self.residual.reset_parameters()
 
-    def forward(self, node: Tensor, edge: Tensor, edge_index: Tensor, partner: Optional[Tensor] = None) -> Tensor:
-        """``partner[k]`` is the index of edge ``k``'s opposite (needed iff ``with_reverse``)."""
-        if self.with_reverse != (partner is not None):
-            raise ValueError(f"EdgeUpdate(with_reverse={self.with_reverse}) needs partner {'' if self.with_reverse else 'not '}given")
+    def forward(self, node: Tensor, edge: Tensor, edge_index: Tensor, reverse: Optional[Tensor] = None) -> Tensor:
+        """``reverse[k]`` is the index of edge ``k``'s opposite (needed iff ``with_reverse``)."""
+        if self.with_reverse != (reverse is not None):
+            raise ValueError(f"EdgeUpdate(with_reverse={self.with_reverse}) needs reverse {'' if self.with_reverse else 'not '}given")
         src, dst = edge_index
         hidden = self.edge_lin(edge) + self.source_lin(node)[src] + self.target_lin(node)[dst]
         if self.reverse_lin is not None:
-            hidden = hidden + self.reverse_lin(edge)[partner]
+            hidden = hidden + self.reverse_lin(edge)[reverse]
         return self.residual(edge, self.out_lin(nn.functional.silu(hidden)))
 
 

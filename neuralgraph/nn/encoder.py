@@ -18,6 +18,10 @@ the edge set becomes ``[forward edges, reverse edges]`` (``2E`` rows). Each row 
 ``[e_ij, e_ji]``, the features of the pair in its own direction and in the opposite direction,
 where the missing direction is zero (a parameter graph has no edge both ways): the forward row
 reads ``[w, 0]`` and the reverse row ``[0, w]``, so the direction is never lost.
+
+Alongside the features the encoder returns the :class:`GraphContext` of the batch, built once:
+the edges the layers run on, the pairing of reverse edges as an index (``reverse``), layer and
+graph of every node and, on request, nodes and edges grouped by layer (:class:`LayerIndex`).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Batch
+from torch_geometric.utils import scatter
 
 from neuralgraph.graph.core import Graph
 
@@ -35,19 +40,73 @@ MAX_LAYERS = 16
 MAX_NODE_TYPES = 128
 
 
-class EncodedGraph(NamedTuple):
-    """Hidden features of a graph, and the structure that message passing runs on.
+class LayerIndex(NamedTuple):
+    """Nodes and edges of a batch grouped by layer, for layers that keep parameters per layer.
 
-    ``edge_index``/``edge_layer`` have ``2E`` columns when the encoder adds reverse edges
-    (forward edges first); ``num_edges`` is the original ``E``.
+    Built once per batch by :func:`layer_index`; ``k`` runs over node layers ``0..L`` and ``l``
+    over weight layers ``0..L-1`` (edge layer ``l`` joins node layers ``l`` and ``l + 1``).
     """
+
+    nodes: tuple[Tensor, ...]  # nodes[k]: ids of the nodes of layer k
+    node_graph: tuple[Tensor, ...]  # node_graph[k]: graph of each of them
+    position: tuple[Tensor, ...]  # position[k]: their node_index (position within their graph's layer)
+    edges: tuple[Tensor, ...]  # edges[l]: ids of the edges of layer l
+    source_row: tuple[Tensor, ...]  # source_row[l]: row of each edge's source in nodes[l]
+    target_row: tuple[Tensor, ...]  # target_row[l]: row of each edge's target in nodes[l + 1]
+    depths: tuple[int, ...]  # the distinct numbers of weight layers of the graphs in the batch
+
+
+def layer_index(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge_layer: Tensor, batch: Tensor,
+                num_graphs: int) -> LayerIndex:
+    """Group the nodes and edges of a batch by layer (a stable sort, no per-layer search)."""
+    num_node_layers = int(node_layer.max()) + 1 if node_layer.numel() else 0
+    node_order = torch.argsort(node_layer, stable=True)
+    node_counts = torch.bincount(node_layer, minlength=num_node_layers).tolist()
+    nodes = node_order.split(node_counts)
+    row_in_layer = torch.empty_like(node_layer)
+    for ids in nodes:
+        row_in_layer[ids] = torch.arange(len(ids), device=ids.device)
+    edge_order = torch.argsort(edge_layer, stable=True)
+    edges = edge_order.split(torch.bincount(edge_layer, minlength=max(num_node_layers - 1, 0)).tolist())
+    src, dst = edge_index
+    depth = scatter(node_layer, batch, 0, num_graphs, "max")
+    return LayerIndex(
+        nodes=nodes,
+        node_graph=tuple(batch[ids] for ids in nodes),
+        position=tuple(node_index[ids] for ids in nodes),
+        edges=edges,
+        source_row=tuple(row_in_layer[src[ids]] for ids in edges),
+        target_row=tuple(row_in_layer[dst[ids]] for ids in edges),
+        depths=tuple(torch.unique(depth).tolist()),
+    )
+
+
+class GraphContext(NamedTuple):
+    """The structure every layer of a metanetwork reads, built once per batch by the encoder.
+
+    Layers take these fields as named tensors (each layer lists the ones it needs in
+    ``MetanetLayer.context``). With reverse edges, ``edge_index``/``edge_layer`` have ``2E``
+    columns, the reverse edges after the forward ones, and ``reverse[k]`` is the index of edge
+    ``k``'s opposite; layers only read the pairing through ``reverse``.
+    """
+
+    edge_index: Tensor  # [2, E or 2E]
+    edge_layer: Tensor  # [E or 2E]
+    node_layer: Tensor  # [N]
+    node_index: Tensor  # [N] position of each neuron within its layer
+    batch: Tensor  # [N] graph of each node
+    num_graphs: int
+    num_edges: int  # E, the edges of the graph (the first E rows of edge features)
+    reverse: Optional[Tensor] = None  # [2E] opposite of each edge (reverse_edges=True)
+    layers: Optional[LayerIndex] = None  # nodes/edges grouped by layer (layer_index=True)
+
+
+class EncodedGraph(NamedTuple):
+    """Hidden node and edge features of a graph, and the :class:`GraphContext` of its batch."""
 
     node: Tensor  # [N, hidden_dim]
     edge: Tensor  # [E or 2E, hidden_dim]
-    edge_index: Tensor  # [2, E or 2E]
-    edge_layer: Tensor  # [E or 2E]
-    num_edges: int
-    graph: Graph
+    context: GraphContext
 
 
 def node_graph_index(graph: Graph) -> Tensor:
@@ -59,6 +118,28 @@ def node_graph_index(graph: Graph) -> Tensor:
 
 def num_graphs(graph: Graph) -> int:
     return graph.num_graphs if isinstance(graph, Batch) else 1
+
+
+def reverse_edge_partner(num_edges: int, device: Optional[torch.device] = None) -> Tensor:
+    """For ``[forward edges, reverse edges]`` (``2E`` rows), the index of each edge's opposite."""
+    return (torch.arange(2 * num_edges, device=device) + num_edges) % (2 * num_edges)
+
+
+def graph_context(graph: Graph, reverse_edges: bool = False, with_layer_index: bool = False) -> GraphContext:
+    """The :class:`GraphContext` of ``graph``: reverse edges appended and/or layers indexed on request."""
+    batch, count = node_graph_index(graph), num_graphs(graph)
+    edge_index, edge_layer = graph.edge_index, graph.edge_layer
+    num_edges = edge_index.shape[1]
+    layers = (
+        layer_index(graph.node_layer, graph.node_index, edge_index, edge_layer, batch, count) if with_layer_index else None
+    )
+    reverse = None
+    if reverse_edges:
+        edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
+        edge_layer = torch.cat([edge_layer, edge_layer])
+        reverse = reverse_edge_partner(num_edges, edge_index.device)
+    return GraphContext(edge_index, edge_layer, graph.node_layer, graph.node_index, batch, count, num_edges, reverse,
+                        layers)
 
 
 def check_index_range(name: str, index: Tensor, size: int, option: str) -> None:
@@ -108,6 +189,7 @@ class GraphEncoder(nn.Module):
         edge_features: ``F``, the width of ``graph.edge_attr`` (1 for MLPs, ``kh*kw`` for convs).
         positional: ``"neuron"`` or ``"layer"`` (see the module docstring).
         reverse_edges: add a reverse edge per edge, lifted from ``[e_ij, e_ji]``.
+        layer_index: group nodes and edges by layer in the context (:class:`LayerIndex`).
         fourier_features: number of random Fourier frequencies per scalar (0: linear lift).
         fourier_scale: standard deviation of those frequencies.
         max_layers: number of weight layers the embeddings cover.
@@ -120,6 +202,7 @@ class GraphEncoder(nn.Module):
         edge_features: int = 1,
         positional: str = "neuron",
         reverse_edges: bool = False,
+        layer_index: bool = False,
         fourier_features: int = 0,
         fourier_scale: float = 10.0,
         max_layers: int = MAX_LAYERS,
@@ -132,6 +215,7 @@ class GraphEncoder(nn.Module):
         self.edge_features = edge_features
         self.positional = positional
         self.reverse_edges = reverse_edges
+        self.layer_index = layer_index
         self.max_layers = max_layers
         self.max_node_types = max_node_types
         self.node_lift = ScalarLift(1, hidden_dim, fourier_features, fourier_scale)
@@ -193,16 +277,10 @@ class GraphEncoder(nn.Module):
         x = (graph.x - self.node_mean[graph.node_layer, None]) / self.node_std[graph.node_layer, None]
         edge_attr = (edge_attr - self.edge_mean[graph.edge_layer, None]) / self.edge_std[graph.edge_layer, None]
         node = self.node_lift(x) + self.node_position(node_position)
-        edge_index, edge_layer = graph.edge_index, graph.edge_layer
+        context = graph_context(graph, self.reverse_edges, self.layer_index)
         if self.reverse_edges:
             zeros = torch.zeros_like(edge_attr)
             edge_attr = torch.cat([torch.cat([edge_attr, zeros], 1), torch.cat([zeros, edge_attr], 1)])
-            edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
-            edge_layer = torch.cat([edge_layer, edge_layer])
-        edge = self.edge_lift(edge_attr) + self.edge_position(edge_layer)
-        return EncodedGraph(node, edge, edge_index, edge_layer, graph.edge_index.shape[1], graph)
+        edge = self.edge_lift(edge_attr) + self.edge_position(context.edge_layer)
+        return EncodedGraph(node, edge, context)
 
-
-def reverse_edge_partner(num_edges: int, device: Optional[torch.device] = None) -> Tensor:
-    """For the ``2E`` edges of a reverse-edge encoding, the index of each edge's opposite."""
-    return (torch.arange(2 * num_edges, device=device) + num_edges) % (2 * num_edges)

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.utils import scatter
 
 from neuralgraph.nn.base import EdgeUpdate, Metanet, MetanetLayer, ResidualNorm
-from neuralgraph.nn.encoder import EncodedGraph
 from neuralgraph.nn.registry import register_metanet
-from neuralgraph.scatter import scatter
 
 
 class GMNLayer(MetanetLayer):
@@ -44,16 +43,16 @@ class GMNLayer(MetanetLayer):
             lin.reset_parameters()
         self.residual.reset_parameters()
 
-    def forward(self, node: Tensor, edge: Tensor, encoded: EncodedGraph) -> tuple[Tensor, Tensor]:
-        src, dst = encoded.edge_index
-        num_nodes = node.shape[0]
-        edge = self.edge_update(node, edge, encoded.edge_index)
-        forward_msg = nn.functional.silu(self.forward_node(node)[src] + self.forward_edge(edge))
-        backward_msg = nn.functional.silu(self.backward_node(node)[dst] + self.backward_edge(edge))
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
+        src, dst = edge_index
+        num_nodes = x.shape[0]
+        edge_attr = self.edge_update(x, edge_attr, edge_index)
+        forward_msg = nn.functional.silu(self.forward_node(x)[src] + self.forward_edge(edge_attr))
+        backward_msg = nn.functional.silu(self.backward_node(x)[dst] + self.backward_edge(edge_attr))
         forward_agg = scatter(forward_msg, dst, 0, num_nodes, "mean")
         backward_agg = scatter(backward_msg, src, 0, num_nodes, "mean")
-        hidden = nn.functional.silu(self.update(torch.cat([node, forward_agg, backward_agg], dim=-1)))
-        return self.residual(node, self.out(hidden)), edge
+        hidden = nn.functional.silu(self.update(torch.cat([x, forward_agg, backward_agg], dim=-1)))
+        return self.residual(x, self.out(hidden)), edge_attr
 
 
 @register_metanet("gmn")

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.utils import to_dense_batch
+from torch_geometric.utils import scatter, to_dense_batch
 
 from neuralgraph.nn.base import EdgeUpdate, FeedForward, Metanet, MetanetLayer, ResidualNorm, check_heads
-from neuralgraph.nn.encoder import EncodedGraph, node_graph_index
 from neuralgraph.nn.registry import register_metanet
-from neuralgraph.scatter import scatter
 
 
-def layer_groups(encoded: EncodedGraph) -> Tensor:
+def layer_groups(node_layer: Tensor, batch: Tensor) -> Tensor:
     """Consecutive id of each node's ``(graph, layer)`` group."""
-    graph = encoded.graph
-    key = node_graph_index(graph) * (int(graph.node_layer.max()) + 1) + graph.node_layer
+    key = batch * (int(node_layer.max()) + 1) + node_layer
     return torch.unique(key, return_inverse=True)[1]
 
 
@@ -34,6 +31,8 @@ class NeuronAttentionLayer(MetanetLayer):
     across the batch), with padding masked out. Hidden neurons of a layer share their
     positional embedding, so attention among them is equivariant to their permutations.
     """
+
+    context = ("node_layer", "batch")
 
     def __init__(self, hidden_dim: int, num_heads: int = 4, dropout: float = 0.0):
         super().__init__()
@@ -56,22 +55,25 @@ class NeuronAttentionLayer(MetanetLayer):
         for module in (self.exchange_residual, self.attention_residual, self.feedforward, self.edge_update):
             module.reset_parameters()
 
-    def forward(self, node: Tensor, edge: Tensor, encoded: EncodedGraph) -> tuple[Tensor, Tensor]:
-        src, dst = encoded.edge_index
-        num_nodes = node.shape[0]
-        incoming = scatter(edge, dst, 0, num_nodes, "mean")
-        outgoing = scatter(edge, src, 0, num_nodes, "mean")
-        hidden = self.node_lin(node) + self.incoming_lin(incoming) + self.outgoing_lin(outgoing)
-        node = self.exchange_residual(node, self.exchange_out(nn.functional.silu(hidden)))
+    def forward(
+        self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, node_layer: Tensor, batch: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """``node_layer``/``batch``: layer and graph of each node (attention runs within each pair)."""
+        src, dst = edge_index
+        num_nodes = x.shape[0]
+        incoming = scatter(edge_attr, dst, 0, num_nodes, "mean")
+        outgoing = scatter(edge_attr, src, 0, num_nodes, "mean")
+        hidden = self.node_lin(x) + self.incoming_lin(incoming) + self.outgoing_lin(outgoing)
+        x = self.exchange_residual(x, self.exchange_out(nn.functional.silu(hidden)))
 
-        groups = layer_groups(encoded)
+        groups = layer_groups(node_layer, batch)
         order = torch.argsort(groups, stable=True)
-        dense, mask = to_dense_batch(node[order], groups[order])  # [G, width, d]
+        dense, mask = to_dense_batch(x[order], groups[order])  # [G, width, d]
         attended, _ = self.attention(dense, dense, dense, key_padding_mask=~mask, need_weights=False)
-        attended_nodes = torch.empty_like(node)
+        attended_nodes = torch.empty_like(x)
         attended_nodes[order] = attended[mask]
-        node = self.feedforward(self.attention_residual(node, attended_nodes))
-        return node, self.edge_update(node, edge, encoded.edge_index)
+        x = self.feedforward(self.attention_residual(x, attended_nodes))
+        return x, self.edge_update(x, edge_attr, edge_index)
 
 
 @register_metanet("nft")

@@ -10,7 +10,6 @@ from torch_geometric.utils import degree
 
 from neuralgraph.graph.core import Layout, mlp_to_graph
 from neuralgraph.nn.base import EdgeUpdate, FiLM, Metanet, MetanetLayer, ResidualNorm
-from neuralgraph.nn.encoder import EncodedGraph, reverse_edge_partner
 from neuralgraph.nn.registry import register_metanet
 
 AGGREGATORS = ("mean", "min", "max", "std")
@@ -44,6 +43,8 @@ class NGGNNLayer(MetanetLayer):
     edge. Aggregations and degree scalers are PyG's ``DegreeScalerAggregation``.
     """
 
+    context = ("reverse",)
+
     def __init__(self, hidden_dim: int, deg: Tensor, dropout: float = 0.0):
         super().__init__()
         self.source_lin = nn.Linear(hidden_dim, hidden_dim)
@@ -62,14 +63,14 @@ class NGGNNLayer(MetanetLayer):
         self.residual.reset_parameters()
         self.edge_update.reset_parameters()
 
-    def forward(self, node: Tensor, edge: Tensor, encoded: EncodedGraph) -> tuple[Tensor, Tensor]:
-        src, dst = encoded.edge_index
-        message = self.film(self.source_lin(node)[src] + self.target_lin(node)[dst], edge)
-        aggregated = self.aggregate(message, dst, dim_size=node.shape[0], dim=0)
-        hidden = nn.functional.silu(self.update(torch.cat([node, aggregated], dim=-1)))
-        node = self.residual(node, self.out(hidden))
-        partner = reverse_edge_partner(encoded.num_edges, edge.device)
-        return node, self.edge_update(node, edge, encoded.edge_index, partner)
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, reverse: Tensor) -> tuple[Tensor, Tensor]:
+        """``edge_index`` holds every edge and its opposite; ``reverse[k]`` is the index of ``k``'s opposite."""
+        src, dst = edge_index
+        message = self.film(self.source_lin(x)[src] + self.target_lin(x)[dst], edge_attr)
+        aggregated = self.aggregate(message, dst, dim_size=x.shape[0], dim=0)
+        hidden = nn.functional.silu(self.update(torch.cat([x, aggregated], dim=-1)))
+        x = self.residual(x, self.out(hidden))
+        return x, self.edge_update(x, edge_attr, edge_index, reverse)
 
 
 @register_metanet("ng_gnn")

@@ -4,12 +4,10 @@ from __future__ import annotations
 import math
 
 from torch import Tensor, nn
-from torch_geometric.utils import softmax
+from torch_geometric.utils import scatter, softmax
 
 from neuralgraph.nn.base import EdgeUpdate, FeedForward, FiLM, Metanet, MetanetLayer, ResidualNorm, check_heads
-from neuralgraph.nn.encoder import EncodedGraph, reverse_edge_partner
 from neuralgraph.nn.registry import register_metanet
-from neuralgraph.scatter import scatter
 
 
 class RelationalAttentionLayer(MetanetLayer):
@@ -28,6 +26,8 @@ class RelationalAttentionLayer(MetanetLayer):
     The softmax runs per destination node over its incoming edges (PyG ``utils.softmax``), so
     memory is linear in the number of edges.
     """
+
+    context = ("reverse",)
 
     def __init__(self, hidden_dim: int, num_heads: int = 4, dropout: float = 0.0):
         super().__init__()
@@ -54,20 +54,20 @@ class RelationalAttentionLayer(MetanetLayer):
         self.feedforward.reset_parameters()
         self.edge_update.reset_parameters()
 
-    def forward(self, node: Tensor, edge: Tensor, encoded: EncodedGraph) -> tuple[Tensor, Tensor]:
-        src, dst = encoded.edge_index
-        num_nodes, hidden_dim = node.shape
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, reverse: Tensor) -> tuple[Tensor, Tensor]:
+        """``edge_index`` holds every edge and its opposite; ``reverse[k]`` is the index of ``k``'s opposite."""
+        src, dst = edge_index
+        num_nodes, hidden_dim = x.shape
         heads, head_dim = self.num_heads, hidden_dim // self.num_heads
-        query = (self.query_node(node)[dst] + self.query_edge(edge)).view(-1, heads, head_dim)
-        key = (self.key_node(node)[src] + self.key_edge(edge)).view(-1, heads, head_dim)
-        value = self.value_film(self.value_node(node)[src], edge).view(-1, heads, head_dim)
+        query = (self.query_node(x)[dst] + self.query_edge(edge_attr)).view(-1, heads, head_dim)
+        key = (self.key_node(x)[src] + self.key_edge(edge_attr)).view(-1, heads, head_dim)
+        value = self.value_film(self.value_node(x)[src], edge_attr).view(-1, heads, head_dim)
         score = (query * key).sum(-1) / math.sqrt(head_dim)  # [2E, heads]
         alpha = self.attention_dropout(softmax(score, dst, num_nodes=num_nodes))
         attended = scatter(alpha.unsqueeze(-1) * value, dst, 0, num_nodes, "sum").view(num_nodes, hidden_dim)
-        node = self.attention_residual(node, self.attention_out(attended))
-        node = self.feedforward(node)
-        partner = reverse_edge_partner(encoded.num_edges, edge.device)
-        return node, self.edge_update(node, edge, encoded.edge_index, partner)
+        x = self.attention_residual(x, self.attention_out(attended))
+        x = self.feedforward(x)
+        return x, self.edge_update(x, edge_attr, edge_index, reverse)
 
 
 @register_metanet("ng_t")

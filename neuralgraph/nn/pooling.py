@@ -37,9 +37,7 @@ from typing import ClassVar, NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
-from neuralgraph.graph.core import graph_layouts
 from neuralgraph.nn.base import Metanet, MetanetLayer
-from neuralgraph.nn.encoder import EncodedGraph, node_graph_index, num_graphs
 from neuralgraph.scatter import scatter
 
 PARAMETERISATIONS = ("terms", "blocks")
@@ -71,26 +69,24 @@ class GraphIndex(NamedTuple):
     num_graphs: int
 
 
-def graph_index(encoded: EncodedGraph, num_weight_layers: int) -> GraphIndex:
+def graph_index(node_layer: Tensor, edge_layer: Tensor, batch: Tensor, count: int, num_weight_layers: int) -> GraphIndex:
     """Node and edge ids per layer; error when a graph's depth is not ``num_weight_layers``."""
-    graph = encoded.graph
-    depths = {len(layout) - 1 for layout in graph_layouts(graph)}
-    if depths != {num_weight_layers}:
+    depths = torch.unique(scatter(node_layer, batch, 0, count, "max")).tolist()
+    if depths != [num_weight_layers]:
         raise ValueError(
-            f"graph layouts have {sorted(depths)} weight layers but the layer was built for "
+            f"graph layouts have {depths} weight layers but the layer was built for "
             f"num_weight_layers={num_weight_layers} (its parameters are per layer)"
         )
-    edge_layer = encoded.edge_layer[: encoded.num_edges]
-    nodes = [(graph.node_layer == k).nonzero().squeeze(1) for k in range(num_weight_layers + 1)]
-    row_in_layer = torch.empty_like(graph.node_layer)
+    nodes = [(node_layer == k).nonzero().squeeze(1) for k in range(num_weight_layers + 1)]
+    row_in_layer = torch.empty_like(node_layer)
     for ids in nodes:
         row_in_layer[ids] = torch.arange(len(ids), device=ids.device)
     return GraphIndex(
-        node_graph=node_graph_index(graph),
+        node_graph=batch,
         nodes=nodes,
         edges=[(edge_layer == l).nonzero().squeeze(1) for l in range(num_weight_layers)],
         row_in_layer=row_in_layer,
-        num_graphs=num_graphs(graph),
+        num_graphs=count,
     )
 
 
@@ -277,13 +273,14 @@ class PooledEquivariantLinear(MetanetLayer):
             if mixer is not None:
                 mixer.reset_parameters()
 
-    def forward(self, node: Tensor, edge: Tensor, encoded: EncodedGraph) -> tuple[Tensor, Tensor]:
+    context = ("node_layer", "node_index", "edge_layer", "batch", "num_graphs")
+
+    def forward(self, node: Tensor, edge_index: Tensor, edge: Tensor, *, node_layer: Tensor, node_index: Tensor,
+                edge_layer: Tensor, batch: Tensor, num_graphs: int) -> tuple[Tensor, Tensor]:
         C, L = self.channels, self.num_weight_layers
-        index = graph_index(encoded, L)
-        graph = encoded.graph
-        src, dst = encoded.edge_index[:, : encoded.num_edges]
-        edge = edge[: encoded.num_edges]
-        position = graph.node_index
+        index = graph_index(node_layer, edge_layer, batch, num_graphs, L)
+        src, dst = edge_index
+        position = node_index
         N, B = node.shape[0], index.num_graphs
 
         # States of the permuted neurons (parts per layer) and of the graph (folded fixed neurons).
@@ -380,8 +377,8 @@ class PooledMetanet(Metanet):
 
     def __init__(
         self,
-        hidden_dim: int,
-        num_layers: int,
+        hidden_dim: int = 32,
+        num_layers: int = 4,
         dropout: float = 0.0,
         *,
         max_layers: int = 3,
