@@ -28,6 +28,20 @@ def check_group(group: str) -> None:
         raise ValueError(f"group={group!r}: expected one of {SCALING_GROUPS}")
 
 
+def scaling_invariant(v: Tensor, scaling: Optional[str]) -> Tensor:
+    """:math:`\\kappa(v)`, unchanged when ``v`` is multiplied by a group element.
+
+    ``None``: ``v`` itself (no scaling group); ``"sign"``: ``|v|``; ``"scale"``: ``v / ||v||``
+    over the last dimension (``0`` stays ``0``).
+    """
+    if scaling is None:
+        return v
+    check_group(scaling)
+    if scaling == "sign":
+        return v.abs()
+    return v / v.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(v.dtype).tiny)
+
+
 def random_hidden_scalings(
     layout: Layout, group: str, batch_size: Optional[int] = None, generator: Optional[torch.Generator] = None,
     dtype: torch.dtype = torch.float64,

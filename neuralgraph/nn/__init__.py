@@ -14,6 +14,7 @@ from neuralgraph.nn import gmn, ng_gnn, ng_t, nft  # noqa: E402,F401  isort: ski
 from neuralgraph.nn import dws  # noqa: E402,F401  isort: skip
 from neuralgraph.nn import nfn_hnp  # noqa: E402,F401  isort: skip
 from neuralgraph.nn import nfn_np  # noqa: E402,F401  isort: skip
+from neuralgraph.nn import scalegmn  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "METANETS",

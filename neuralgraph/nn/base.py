@@ -74,7 +74,8 @@ class Metanet(nn.Module):
         num_layers: number of layers.
         dropout: dropout probability inside the layers.
         edge_features, positional, fourier_features, fourier_scale, max_layers,
-        max_node_types: options of :class:`~neuralgraph.nn.encoder.GraphEncoder`.
+        max_node_types, probe_features, gradient_features, activation, w0: options of
+            :class:`~neuralgraph.nn.encoder.GraphEncoder`.
             ``positional`` defaults to ``"neuron"``, or ``"layer"`` for ``symmetry = "np"``.
     """
 
@@ -83,6 +84,8 @@ class Metanet(nn.Module):
     # The encoder adds reverse edges (GraphContext.reverse pairs them) / groups layers (GraphContext.layers).
     uses_reverse_edges: ClassVar[bool] = False
     uses_layer_index: ClassVar[bool] = False
+    # Scaling group ("sign"/"scale", neuralgraph.graph.scaling) the architecture is also equivariant to, if any.
+    scaling: ClassVar[Optional[str]] = None
     # Constructor argument that hidden_dim must be a multiple of (e.g. "num_heads"), if any.
     hidden_dim_multiple_of: ClassVar[Optional[str]] = None
 
@@ -98,6 +101,10 @@ class Metanet(nn.Module):
         fourier_scale: float = 10.0,
         max_layers: int = MAX_LAYERS,
         max_node_types: int = MAX_NODE_TYPES,
+        probe_features: int = 0,
+        gradient_features: int = 0,
+        activation: str = "sine",
+        w0: float = 30.0,
     ):
         super().__init__()
         if self.symmetry not in SYMMETRIES:
@@ -124,6 +131,11 @@ class Metanet(nn.Module):
             fourier_scale=fourier_scale,
             max_layers=max_layers,
             max_node_types=max_node_types,
+            scaling=self.scaling,
+            probe_features=probe_features,
+            gradient_features=gradient_features,
+            activation=activation,
+            w0=w0,
         )
         self.layers = nn.ModuleList()
 

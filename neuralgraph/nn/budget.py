@@ -29,7 +29,7 @@ def count_trainable(module: nn.Module) -> int:
 def model_parameters(name: str, cfg: Mapping[str, Any], k: int, max_layers: int = MAX_LAYERS) -> tuple[int, int]:
     """``(trainable parameters of metanet + WeightDecoder(k), hidden_dim)`` for ``build_metanet(name, **cfg)``."""
     metanet = build_metanet(name, **cfg)
-    decoder = WeightDecoder(metanet.hidden_dim, k, max_layers=max_layers)
+    decoder = WeightDecoder(metanet.hidden_dim, k, max_layers=max_layers, scaling=metanet.scaling)
     return count_trainable(metanet) + count_trainable(decoder), metanet.hidden_dim
 
 

@@ -19,6 +19,16 @@ the edge set becomes ``[forward edges, reverse edges]`` (``2E`` rows). Each row 
 where the missing direction is zero (a parameter graph has no edge both ways): the forward row
 reads ``[w, 0]`` and the reverse row ``[0, w]``, so the direction is never lost.
 
+With ``scaling="sign"`` or ``"scale"`` (metanetworks equivariant to neuron sign flips or
+positive rescalings, :mod:`neuralgraph.graph.scaling`) every lift is linear without bias and
+standardisation only divides; hidden neurons' embeddings multiply their lifted bias
+(``lift(b) * p``, which scales with the neuron) and edge embeddings multiply the lifted weight,
+while input and output neurons, which no scaling acts on, keep the sum ``lift(b) + p``.
+
+``probe_features``/``gradient_features`` add the values of every neuron at probe points and the
+per-example gradients of every weight and bias, computed from the weights by running the
+networks (:class:`~neuralgraph.nn.weight_features.WeightFeatureLift`); any architecture can use them.
+
 Alongside the features the encoder returns the :class:`GraphContext` of the batch, built once:
 the edges the layers run on, the pairing of reverse edges as an index (``reverse``), layer and
 graph of every node and, on request, nodes and edges grouped by layer (:class:`LayerIndex`).
@@ -34,6 +44,8 @@ from torch_geometric.data import Batch
 from torch_geometric.utils import scatter
 
 from neuralgraph.graph.core import Graph
+from neuralgraph.graph.scaling import check_group
+from neuralgraph.nn.weight_features import WeightFeatureLift
 
 POSITIONAL_MODES = ("neuron", "layer")
 MAX_LAYERS = 16
@@ -99,6 +111,7 @@ class GraphContext(NamedTuple):
     num_edges: int  # E, the edges of the graph (the first E rows of edge features)
     reverse: Optional[Tensor] = None  # [2E] opposite of each edge (reverse_edges=True)
     layers: Optional[LayerIndex] = None  # nodes/edges grouped by layer (layer_index=True)
+    hidden: Optional[Tensor] = None  # [N] bool: hidden neuron (neither input nor its network's output)
 
 
 class EncodedGraph(NamedTuple):
@@ -138,8 +151,9 @@ def graph_context(graph: Graph, reverse_edges: bool = False, with_layer_index: b
         edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
         edge_layer = torch.cat([edge_layer, edge_layer])
         reverse = reverse_edge_partner(num_edges, edge_index.device)
+    hidden = (graph.node_layer > 0) & (graph.node_layer < scatter(graph.node_layer, batch, 0, count, "max")[batch])
     return GraphContext(edge_index, edge_layer, graph.node_layer, graph.node_index, batch, count, num_edges, reverse,
-                        layers)
+                        layers, hidden)
 
 
 def check_index_range(name: str, index: Tensor, size: int, option: str) -> None:
@@ -157,16 +171,17 @@ class ScalarLift(nn.Module):
     this lets the metanetwork resolve small differences between weights.
     """
 
-    def __init__(self, in_features: int, hidden_dim: int, fourier_features: int = 0, fourier_scale: float = 10.0):
+    def __init__(self, in_features: int, hidden_dim: int, fourier_features: int = 0, fourier_scale: float = 10.0,
+                 bias: bool = True):
         super().__init__()
         self.in_features = in_features
         self.fourier_features = fourier_features
         self.fourier_scale = fourier_scale
         if fourier_features > 0:
             self.register_buffer("frequencies", torch.empty(fourier_features))
-            self.linear = nn.Linear(2 * fourier_features * in_features, hidden_dim)
+            self.linear = nn.Linear(2 * fourier_features * in_features, hidden_dim, bias=bias)
         else:
-            self.linear = nn.Linear(in_features, hidden_dim)
+            self.linear = nn.Linear(in_features, hidden_dim, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -194,6 +209,9 @@ class GraphEncoder(nn.Module):
         fourier_scale: standard deviation of those frequencies.
         max_layers: number of weight layers the embeddings cover.
         max_node_types: number of ``node_type`` embeddings (``positional="neuron"``).
+        scaling: ``None``, ``"sign"`` or ``"scale"``: keep the encoding equivariant to that group.
+        probe_features, gradient_features, activation, w0: options of
+            :class:`~neuralgraph.nn.weight_features.WeightFeatureLift` (0: no such features).
     """
 
     def __init__(
@@ -207,10 +225,21 @@ class GraphEncoder(nn.Module):
         fourier_scale: float = 10.0,
         max_layers: int = MAX_LAYERS,
         max_node_types: int = MAX_NODE_TYPES,
+        scaling: Optional[str] = None,
+        probe_features: int = 0,
+        gradient_features: int = 0,
+        activation: str = "sine",
+        w0: float = 30.0,
     ):
         super().__init__()
         if positional not in POSITIONAL_MODES:
             raise ValueError(f"positional={positional!r}: expected one of {POSITIONAL_MODES}")
+        if scaling is not None:
+            check_group(scaling)
+            if fourier_features:
+                raise ValueError(f"fourier_features={fourier_features} with scaling={scaling!r}: Fourier features of a "
+                                 "weight do not scale with it; use the linear lift (fourier_features=0)")
+        self.scaling = scaling
         self.hidden_dim = hidden_dim
         self.edge_features = edge_features
         self.positional = positional
@@ -218,9 +247,13 @@ class GraphEncoder(nn.Module):
         self.layer_index = layer_index
         self.max_layers = max_layers
         self.max_node_types = max_node_types
-        self.node_lift = ScalarLift(1, hidden_dim, fourier_features, fourier_scale)
+        self.node_lift = ScalarLift(1, hidden_dim, fourier_features, fourier_scale, bias=scaling is None)
         edge_in = 2 * edge_features if reverse_edges else edge_features
-        self.edge_lift = ScalarLift(edge_in, hidden_dim, fourier_features, fourier_scale)
+        self.edge_lift = ScalarLift(edge_in, hidden_dim, fourier_features, fourier_scale, bias=scaling is None)
+        self.weight_features = (
+            WeightFeatureLift(hidden_dim, probe_features, gradient_features, activation, w0, scaling=scaling)
+            if probe_features or gradient_features else None
+        )
         num_positions = max_node_types if positional == "neuron" else max_layers + 1
         self.node_position = nn.Embedding(num_positions, hidden_dim)
         self.edge_position = nn.Embedding(max_layers, hidden_dim)
@@ -236,6 +269,8 @@ class GraphEncoder(nn.Module):
         self.edge_lift.reset_parameters()
         self.node_position.reset_parameters()
         self.edge_position.reset_parameters()
+        if self.weight_features is not None:
+            self.weight_features.reset_parameters()
 
     @torch.no_grad()
     def set_input_statistics(self, graph: Graph, eps: float = 1e-8) -> None:
@@ -274,13 +309,28 @@ class GraphEncoder(nn.Module):
             check_index_range("node_layer", graph.node_layer, self.max_layers + 1, "max_layers + 1")
             node_position = graph.node_layer
         check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
-        x = (graph.x - self.node_mean[graph.node_layer, None]) / self.node_std[graph.node_layer, None]
-        edge_attr = (edge_attr - self.edge_mean[graph.edge_layer, None]) / self.edge_std[graph.edge_layer, None]
-        node = self.node_lift(x) + self.node_position(node_position)
+        x, edge_attr = graph.x, edge_attr
+        if self.scaling is None:  # a shift would not commute with the scaling group
+            x = x - self.node_mean[graph.node_layer, None]
+            edge_attr = edge_attr - self.edge_mean[graph.edge_layer, None]
+        x = x / self.node_std[graph.node_layer, None]
+        edge_attr = edge_attr / self.edge_std[graph.edge_layer, None]
         context = graph_context(graph, self.reverse_edges, self.layer_index)
         if self.reverse_edges:
             zeros = torch.zeros_like(edge_attr)
             edge_attr = torch.cat([torch.cat([edge_attr, zeros], 1), torch.cat([zeros, edge_attr], 1)])
-        edge = self.edge_lift(edge_attr) + self.edge_position(context.edge_layer)
+        node, edge = self.node_lift(x), self.edge_lift(edge_attr)
+        node_position, edge_position = self.node_position(node_position), self.edge_position(context.edge_layer)
+        if self.scaling is None:
+            node, edge = node + node_position, edge + edge_position
+        else:
+            node = torch.where(context.hidden.unsqueeze(-1), node * node_position, node + node_position)
+            edge = edge * edge_position
+        if self.weight_features is not None:
+            node_term, edge_term = self.weight_features(graph)
+            if node_term is not None:
+                node = node + node_term
+            if edge_term is not None:
+                edge = edge + (torch.cat([edge_term, edge_term]) if self.reverse_edges else edge_term)
         return EncodedGraph(node, edge, context)
 

@@ -1,10 +1,15 @@
-"""Heads on a metanetwork's node and edge features: a vector per graph, or new networks.
+r"""Heads on a metanetwork's node and edge features: a vector per graph, or new networks.
 
 * :class:`InvariantReadout` pools per layer and maps to ``out_dim`` (for functionals such as
   predicting a network's accuracy or an INR's class): invariant to whatever permutations the
   metanetwork is equivariant to.
 * :class:`WeightDecoder` predicts ``k`` weight and bias deltas per edge and neuron, and
   returns ``k`` edited networks per input (Output Capacity Expansion): equivariant.
+
+Both take ``scaling`` (``None``, ``"sign"``, ``"scale"``), the scaling group of the metanetwork
+they read (``metanet.scaling``): the readout then pools invariants :math:`\kappa` of hidden
+neurons' and edges' features, and the decoder's deltas are linear in the features times a
+function of their invariants, so they scale like the weights they are added to.
 """
 from __future__ import annotations
 
@@ -13,8 +18,11 @@ import copy
 import torch
 from torch import Tensor, nn
 
+from typing import Optional
+
 from neuralgraph.graph.core import Graph, GraphConversionError, common_layout, graph_to_blocks
-from neuralgraph.nn.encoder import MAX_LAYERS, check_index_range, node_graph_index, num_graphs
+from neuralgraph.graph.scaling import check_group, scaling_invariant
+from neuralgraph.nn.encoder import MAX_LAYERS, check_index_range, graph_context, node_graph_index, num_graphs
 from neuralgraph.scatter import scatter
 
 
@@ -37,11 +45,16 @@ class InvariantReadout(nn.Module):
 
     Slots of layers a graph does not have (shallower networks in a mixed batch) are zero.
     Pooling whole layers makes the output invariant to permutations of the neurons within any
-    layer, while the per-layer slots keep depth information.
+    layer, while the per-layer slots keep depth information. With ``scaling``, hidden neurons'
+    and all edges' features are replaced by their invariants :math:`\kappa(\cdot)` before pooling.
     """
 
-    def __init__(self, hidden_dim: int, out_dim: int, max_layers: int = MAX_LAYERS, mlp_dim: int | None = None):
+    def __init__(self, hidden_dim: int, out_dim: int, max_layers: int = MAX_LAYERS, mlp_dim: int | None = None,
+                 scaling: Optional[str] = None):
         super().__init__()
+        if scaling is not None:
+            check_group(scaling)
+        self.scaling = scaling
         self.hidden_dim = hidden_dim
         self.max_layers = max_layers
         pooled_dim = (2 * max_layers + 1) * hidden_dim
@@ -56,6 +69,10 @@ class InvariantReadout(nn.Module):
         check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
         B = num_graphs(graph)
         node_graph = node_graph_index(graph)
+        if self.scaling is not None:
+            hidden = graph_context(graph).hidden.unsqueeze(-1)
+            node_features = torch.where(hidden, scaling_invariant(node_features, self.scaling), node_features)
+            edge_features = scaling_invariant(edge_features, self.scaling)
         node_slot = node_graph * (self.max_layers + 1) + graph.node_layer
         edge_slot = node_graph[graph.edge_index[1]] * self.max_layers + graph.edge_layer
         nodes = scatter(node_features, node_slot, 0, B * (self.max_layers + 1), "mean")
@@ -72,15 +89,24 @@ class WeightDecoder(nn.Module):
     (input neurons have no bias and are skipped), and :math:`s_l` is a learnable scale per
     weight layer, initialised small (``1e-2``) so that training starts from the input network.
 
+    With ``scaling`` the heads are equivariant: :math:`\Delta w = (U e) \odot \mathrm{MLP}(\kappa(e))`
+    with ``U`` linear without bias (``k`` outputs), and likewise for :math:`\Delta b`.
+
     Networks are read back by ``node_layer``/``node_index`` (through
     :func:`~neuralgraph.graph.core.graph_to_blocks`), never by storage order. Decoding needs
     one layout per batch, and MLP graphs (one feature per edge).
     """
 
-    def __init__(self, hidden_dim: int, k: int = 1, max_layers: int = MAX_LAYERS, init_scale: float = 1e-2):
+    def __init__(self, hidden_dim: int, k: int = 1, max_layers: int = MAX_LAYERS, init_scale: float = 1e-2,
+                 scaling: Optional[str] = None):
         super().__init__()
         if k < 1:
             raise ValueError(f"k={k}: a WeightDecoder predicts at least one network")
+        if scaling is not None:
+            check_group(scaling)
+        self.scaling = scaling
+        self.edge_lin = nn.Linear(hidden_dim, k, bias=False) if scaling else None
+        self.node_lin = nn.Linear(hidden_dim, k, bias=False) if scaling else None
         self.k = k
         self.max_layers = max_layers
         self.init_scale = init_scale
@@ -92,7 +118,17 @@ class WeightDecoder(nn.Module):
     def reset_parameters(self) -> None:
         reset_mlp(self.edge_head)
         reset_mlp(self.node_head)
+        if self.scaling is not None:
+            self.edge_lin.reset_parameters()
+            self.node_lin.reset_parameters()
         nn.init.constant_(self.scale, self.init_scale)
+
+    def deltas(self, node_features: Tensor, edge_features: Tensor) -> tuple[Tensor, Tensor]:
+        """``[E, k]`` weight and ``[N, k]`` bias deltas (before the per-layer scale)."""
+        if self.scaling is None:
+            return self.edge_head(edge_features), self.node_head(node_features)
+        return (self.edge_lin(edge_features) * self.edge_head(scaling_invariant(edge_features, self.scaling)),
+                self.node_lin(node_features) * self.node_head(scaling_invariant(node_features, self.scaling)))
 
     def forward(self, graph: Graph, node_features: Tensor, edge_features: Tensor) -> tuple[list[Tensor], list[Tensor]]:
         """Per layer, weights ``[B, k, d_out, d_in]`` and biases ``[B, k, d_out]``."""
@@ -102,9 +138,10 @@ class WeightDecoder(nn.Module):
             )
         layout = common_layout(graph)
         check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
-        edge_values = graph.edge_attr + self.scale[graph.edge_layer].unsqueeze(-1) * self.edge_head(edge_features)
+        edge_delta, node_delta = self.deltas(node_features, edge_features)
+        edge_values = graph.edge_attr + self.scale[graph.edge_layer].unsqueeze(-1) * edge_delta
         node_scale = self.scale[(graph.node_layer - 1).clamp(min=0)].unsqueeze(-1)
-        node_values = graph.x + node_scale * self.node_head(node_features)  # rows of input neurons unused
+        node_values = graph.x + node_scale * node_delta  # rows of input neurons unused
 
         edited = copy.copy(graph)
         edited.edge_attr = edge_values

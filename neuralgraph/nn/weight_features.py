@@ -26,13 +26,15 @@ even), so a weight's gradient flips like the weight. With ``relu`` a positive re
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.data import Batch
+from torch_geometric.utils import scatter
 
 from neuralgraph.graph.core import Graph, GraphConversionError, common_layout, graph_to_mlp
+from neuralgraph.graph.scaling import scaling_invariant
 
 ACTIVATIONS = ("sine", "tanh", "relu")
 
@@ -186,7 +188,107 @@ class ProbePoints(nn.Module):
         return self.points
 
 
+def _group_rms(values: Tensor, group: Tensor, eps: float = 1e-12) -> Tensor:
+    """``values`` ``[M, P]`` divided by the root mean square over the rows of its ``group``."""
+    count = int(group.max()) + 1 if group.numel() else 0
+    mean_square = scatter(values.pow(2).mean(1), group, 0, count, "mean")
+    return values / mean_square.clamp_min(eps).sqrt()[group, None]
+
+
+class PointSetPool(nn.Module):
+    r"""A set of ``P`` per-point scalars (with context scalars) pooled into ``hidden_dim`` channels.
+
+    Per element, ``g_p`` is the value at point ``p`` and ``c_p`` context values at the same point
+    (e.g. the backprop signal and activation of the edge's endpoints). With ``H`` heads
+
+    .. math::
+        lpha_{p,h} = \operatorname{softmax}_pig(A\,\kappa([g_p, c_p]) + aig)_h, \qquad
+        y = W ig[	extstyle\sum_p lpha_{p,1} g_p, \dots, \sum_p lpha_{p,H} g_pig]
+
+    where :math:`\kappa` is the identity, or ``|.|`` under the sign group (then ``W`` has no bias
+    and ``y`` flips with ``g``). The softmax over points makes ``y`` invariant to reordering the
+    points; attention weights computed from the points is GradMetaNet++'s pooling, here with
+    one linear score per head to keep memory at ``O(E P H)``.
+    """
+
+    def __init__(self, context: int, hidden_dim: int, heads: int = 8, scaling: Optional[str] = None):
+        super().__init__()
+        self.scaling = scaling
+        self.score = nn.Linear(1 + context, heads)
+        self.out = nn.Linear(heads, hidden_dim, bias=scaling is None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.score.reset_parameters()
+        self.out.reset_parameters()
+
+    def forward(self, values: Tensor, context: Tensor) -> Tensor:
+        """``values`` ``[M, P]``, ``context`` ``[M, P, c]`` -> ``[M, hidden_dim]``."""
+        scores = self.score(scaling_invariant(torch.cat([values.unsqueeze(-1), context], -1), self.scaling))
+        weights = scores.softmax(dim=1)  # [M, P, H]
+        return self.out(torch.einsum("mph,mp->mh", weights, values))
+
+
+class WeightFeatureLift(nn.Module):
+    """Probe and gradient features of the networks in a graph, lifted to ``hidden_dim`` channels.
+
+    Args:
+        hidden_dim: width of the returned node and edge terms.
+        probe_features: ``m`` learned probe points; every node gets ``Linear(m, d)`` of its values
+            there (Neural Graphs' probe features; no bias under a scaling group).
+        gradient_features: ``P`` fixed points; every edge gets the attention-pooled set of its
+            per-point gradients ``delta_i a_j`` (context: ``delta_i``, ``a_j``), every node the
+            pooled set of its ``delta_i`` (context: ``a_i``), see :class:`PointSetPool`. Gradients are
+            divided by their root mean square per network and layer first (SIREN signals grow by
+            ``w0`` per layer).
+        activation, w0: the activation of the networks read (see :func:`trace_mlp`).
+        in_features: input width ``d_0`` of the networks (2 for image INRs).
+        scaling: ``None``, or ``"sign"``/``"scale"`` for a metanetwork equivariant to that group.
+    """
+
+    def __init__(self, hidden_dim: int, probe_features: int = 0, gradient_features: int = 0, activation: str = "sine",
+                 w0: float = 30.0, in_features: int = 2, scaling: Optional[str] = None):
+        super().__init__()
+        check_activation(activation)
+        if probe_features < 0 or gradient_features < 0:
+            raise ValueError(f"probe_features={probe_features} and gradient_features={gradient_features} must be >= 0")
+        if gradient_features and scaling == "scale":
+            raise ValueError("gradient_features under scaling='scale': a gradient rescales by 1/q where its weight "
+                             "rescales by q, so the pooled gradients would break the group; use scaling='sign' or None")
+        self.activation, self.w0, self.scaling = activation, w0, scaling
+        self.probe_points = ProbePoints(probe_features, in_features) if probe_features else None
+        self.probe_lift = nn.Linear(probe_features, hidden_dim, bias=scaling is None) if probe_features else None
+        self.gradient_points = ProbePoints(gradient_features, in_features, learn=False) if gradient_features else None
+        self.edge_gradients = PointSetPool(2, hidden_dim, scaling=scaling) if gradient_features else None
+        self.node_gradients = PointSetPool(1, hidden_dim, scaling=scaling) if gradient_features else None
+
+    def reset_parameters(self) -> None:
+        for module in (self.probe_points, self.probe_lift, self.gradient_points, self.edge_gradients,
+                       self.node_gradients):
+            if module is not None:
+                module.reset_parameters()
+
+    def forward(self, graph: Graph) -> tuple[Optional[Tensor], Optional[Tensor]]:
+        """Terms to add to the node ``[N, d]`` and edge ``[E, d]`` features (``None``: no such feature)."""
+        node = edge = None
+        if self.probe_points is not None:
+            node = self.probe_lift(probe_features(graph, self.probe_points(graph), self.activation, self.w0))
+        if self.gradient_points is not None:
+            values, deltas = _graph_trace(graph, self.gradient_points(graph), self.activation, self.w0)
+            src, dst = graph.edge_index
+            graphs = _graph_index(graph)
+            num_layers = int(graph.node_layer.max()) + 1
+            grads = _group_rms(deltas[dst] * values[src], graphs[dst] * num_layers + graph.edge_layer)
+            deltas = _group_rms(deltas, graphs * num_layers + graph.node_layer)
+            edge = self.edge_gradients(grads, torch.stack([deltas[dst], values[src]], -1))
+            lifted = self.node_gradients(deltas, values.unsqueeze(-1))
+            node = lifted if node is None else node + lifted
+        return node, edge
+
+
 __all__ = [
+    "PointSetPool",
+    "WeightFeatureLift",
     "ACTIVATIONS",
     "GradientFeatures",
     "MLPTrace",

@@ -165,7 +165,7 @@ class InrEditing(MetanetTask):
         if edit not in EDITS:
             raise ValueError(f"edit={edit!r}: choose one of {sorted(EDITS)}")
         super().__init__(*args, **kwargs)
-        self.decoder = WeightDecoder(self.metanet.hidden_dim, self.hparams.k)
+        self.decoder = WeightDecoder(self.metanet.hidden_dim, self.hparams.k, scaling=self.metanet.scaling)
         self.edit = EDITS[edit]
         self.add_metrics(lambda stage: torchmetrics.MetricCollection({
             "mse": torchmetrics.MeanSquaredError(),
@@ -250,7 +250,7 @@ class InrClassification(MetanetTask):
 
     def __init__(self, *args, num_classes: int = 10, **kwargs):
         super().__init__(*args, **kwargs)
-        self.readout = InvariantReadout(self.metanet.hidden_dim, num_classes)
+        self.readout = InvariantReadout(self.metanet.hidden_dim, num_classes, scaling=self.metanet.scaling)
         self.add_metrics(lambda stage: torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro"))
 
     def loss_and_outputs(self, batch):
@@ -278,7 +278,7 @@ class WeightStatisticRegression(MetanetTask):
 
     def __init__(self, *args, num_weight_layers: int = 3, **kwargs):
         super().__init__(*args, **kwargs)
-        self.readout = InvariantReadout(self.metanet.hidden_dim, num_weight_layers)
+        self.readout = InvariantReadout(self.metanet.hidden_dim, num_weight_layers, scaling=self.metanet.scaling)
         self.add_metrics(lambda stage: torchmetrics.R2Score(num_weight_layers))
 
     def loss_and_outputs(self, batch):

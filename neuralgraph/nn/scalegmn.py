@@ -1,0 +1,176 @@
+r"""ScaleGMN (Kalogeropoulos et al. 2024): a graph metanetwork equivariant to neuron scalings too.
+
+Besides permutations, an activation adds a scaling group (:mod:`neuralgraph.graph.scaling`):
+hidden neuron ``i`` carries ``q_i`` (``+-1`` for ``sin``/``tanh``, ``q_i > 0`` for ReLU), its node
+features transform as :math:`h_i \mapsto q_i h_i` and the features of the edge ``j -> i`` (and of
+its reverse) as :math:`e_{ij} \mapsto (q_i / q_j)\, e_{ij}`; input and output neurons have ``q = 1``.
+Every function below keeps that:
+
+* invariants :math:`\kappa(v)`: ``|v|`` (sign), ``v / ||v||`` (scale), per feature vector;
+* equivariant maps: linear maps without bias (they commute with a scalar), and products
+  :math:`(W v) \odot \psi(\kappa(\cdot))` of such a map with an MLP of invariants;
+* the node features of input and output neurons, which no group element acts on, also get an
+  ordinary MLP update;
+* normalisation: an RMS norm without bias under the sign group (odd, so it commutes with
+  ``-1``); none under the scale group (every norm of ``q v`` is ``q`` times that of ``v``).
+
+``scalegmn_b`` (``bidirectional=True``) also sends messages backward, from a neuron to its
+predecessors, over the encoder's reverse edges.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.utils import scatter
+
+from neuralgraph.graph.scaling import check_group, scaling_invariant
+from neuralgraph.nn.base import Metanet, MetanetLayer
+from neuralgraph.nn.registry import register_metanet
+
+
+def normed_mlp(in_dim: int, hidden_dim: int) -> nn.Sequential:
+    """Linear, LayerNorm, SiLU, Linear: for invariants, or for the unscaled input/output neurons."""
+    return nn.Sequential(nn.Linear(in_dim, hidden_dim), nn.LayerNorm(hidden_dim), nn.SiLU(),
+                         nn.Linear(hidden_dim, hidden_dim))
+
+
+class EquivariantNorm(nn.Module):
+    """RMS norm with a learned gain under the sign group (odd); identity under the scale group."""
+
+    def __init__(self, hidden_dim: int, scaling: str):
+        super().__init__()
+        self.norm = nn.RMSNorm(hidden_dim) if scaling == "sign" else nn.Identity()
+
+    def reset_parameters(self) -> None:
+        if isinstance(self.norm, nn.RMSNorm):
+            self.norm.reset_parameters()
+
+    def forward(self, v: Tensor) -> Tensor:
+        return self.norm(v)
+
+
+class ScaleMessage(nn.Module):
+    r"""Message along an edge ``src -> dst``, equivariant like the receiver ``dst``.
+
+    .. math::
+        m = (A e) \odot (B h_\text{src}) \odot \phi([\kappa(e), \kappa(h_\text{src}), \kappa(h_\text{dst})])
+
+    ``e`` scales by ``q_dst / q_src`` along a forward edge, so ``e h_src`` scales by ``q_dst``. A
+    backward edge under the scale group carries ``q_src / q_dst`` instead; its message is then
+    :math:`(B h_\text{dst}) \odot \phi(\cdot)`, the receiver's own features gated by invariants.
+    """
+
+    def __init__(self, hidden_dim: int, scaling: str, uses_edge: bool = True):
+        super().__init__()
+        self.scaling = scaling
+        self.edge_lin = nn.Linear(hidden_dim, hidden_dim, bias=False) if uses_edge else None
+        self.node_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
+        self.gate = normed_mlp(3 * hidden_dim, hidden_dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.LayerNorm)):
+                module.reset_parameters()
+
+    def forward(self, x: Tensor, edge_attr: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+        gate = self.gate(torch.cat([scaling_invariant(edge_attr, self.scaling), scaling_invariant(x[src], self.scaling),
+                                    scaling_invariant(x[dst], self.scaling)], dim=-1))
+        if self.edge_lin is None:
+            return self.node_lin(x)[dst] * gate
+        return self.edge_lin(edge_attr) * self.node_lin(x)[src] * gate
+
+
+class ScaleGMNLayer(MetanetLayer):
+    r"""One ScaleGMN layer: messages, then nodes, then edges, each equivariant to the scaling group.
+
+    .. math::
+        M_i^{\to} &= \operatorname{mean}_{j \to i} m^{\to}(e_{ij}, h_j, h_i), \qquad
+        M_j^{\leftarrow} = \operatorname{mean}_{j \to i} m^{\leftarrow}(e_{ji}^{\text{rev}}, h_i, h_j)
+            \ (\text{bidirectional}) \\
+        v_i &= [h_i, M_i^{\to}, M_i^{\leftarrow}], \qquad
+        h_i' = N\big(h_i + \mathrm{Dropout}((W v_i) \odot \psi(\kappa(v_i)))
+            + [i\ \text{in/out}]\,\mathrm{MLP}(v_i)\big) \\
+        e_{ij}' &= N\big(e_{ij} + \mathrm{Dropout}((U e_{ij}) \odot
+            \chi([\kappa(e_{ij}), \kappa(h_j'), \kappa(h_i')]))\big)
+
+    with :math:`\kappa` applied to each part of :math:`v_i` separately, :math:`m` a
+    :class:`ScaleMessage` and ``N`` an :class:`EquivariantNorm`.
+    """
+
+    context = ("hidden", "node_layer")
+
+    def __init__(self, hidden_dim: int, scaling: str = "sign", bidirectional: bool = False, dropout: float = 0.0):
+        super().__init__()
+        check_group(scaling)
+        self.scaling, self.bidirectional = scaling, bidirectional
+        parts = 3 if bidirectional else 2
+        self.forward_message = ScaleMessage(hidden_dim, scaling)
+        self.backward_message = ScaleMessage(hidden_dim, scaling, uses_edge=scaling == "sign") if bidirectional else None
+        self.node_lin = nn.Linear(parts * hidden_dim, hidden_dim, bias=False)
+        self.node_gate = normed_mlp(parts * hidden_dim, hidden_dim)
+        self.io_update = normed_mlp(parts * hidden_dim, hidden_dim)
+        self.edge_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
+        self.edge_gate = normed_mlp(3 * hidden_dim, hidden_dim)
+        self.node_norm = EquivariantNorm(hidden_dim, scaling)
+        self.edge_norm = EquivariantNorm(hidden_dim, scaling)
+        self.dropout = nn.Dropout(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for module in self.modules():
+            if module is not self and isinstance(module, (nn.Linear, nn.LayerNorm, nn.RMSNorm)):
+                module.reset_parameters()
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, hidden: Tensor,
+                node_layer: Tensor) -> tuple[Tensor, Tensor]:
+        """``hidden``: ``[N]`` bool, the hidden neurons; ``node_layer``: tells forward edges (to a
+        later layer) from reverse ones, whatever their order."""
+        src, dst = edge_index
+        num_nodes = x.shape[0]
+        forward = node_layer[dst] > node_layer[src]
+        if not self.bidirectional and not bool(forward.all()):
+            raise ValueError("ScaleGMNLayer(bidirectional=False) got reverse edges; use bidirectional=True")
+        if self.bidirectional and len(src) and bool(forward.all()):
+            raise ValueError("ScaleGMNLayer(bidirectional=True) needs the encoder's reverse edges (uses_reverse_edges)")
+        parts = [x, scatter(self.forward_message(x, edge_attr[forward], src[forward], dst[forward]), dst[forward], 0,
+                            num_nodes, "mean")]
+        if self.backward_message is not None:
+            back = ~forward
+            parts.append(scatter(self.backward_message(x, edge_attr[back], src[back], dst[back]), dst[back], 0,
+                                 num_nodes, "mean"))
+        v = torch.cat(parts, dim=-1)
+        gate = self.node_gate(torch.cat([scaling_invariant(p, self.scaling) for p in parts], dim=-1))
+        io_term = torch.where(hidden.unsqueeze(-1), 0.0, self.io_update(v))
+        x = self.node_norm(x + self.dropout(self.node_lin(v) * gate) + io_term)
+        gate = self.edge_gate(torch.cat([scaling_invariant(edge_attr, self.scaling), scaling_invariant(x[src], self.scaling),
+                                         scaling_invariant(x[dst], self.scaling)], dim=-1))
+        edge_attr = self.edge_norm(edge_attr + self.dropout(self.edge_lin(edge_attr) * gate))
+        return x, edge_attr
+
+
+@register_metanet("scalegmn")
+class ScaleGMN(Metanet):
+    """ScaleGMN: :class:`ScaleGMNLayer` s on the parameter graph, equivariant to permutations and to
+    the scaling group ``scaling`` (``"sign"`` for SIRENs and tanh networks, ``"scale"`` for ReLU).
+
+    The encoder lifts hidden neurons' biases and every weight multiplicatively (see
+    :class:`~neuralgraph.nn.encoder.GraphEncoder`'s ``scaling``) and the heads must be built with
+    the same ``scaling`` (``WeightDecoder(d, k, scaling=metanet.scaling)``).
+    """
+
+    def __init__(self, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0, scaling: str = "sign",
+                 bidirectional: bool = False, **encoder_options):
+        check_group(scaling)
+        self.scaling, self.uses_reverse_edges, self.bidirectional = scaling, bidirectional, bidirectional
+        super().__init__(hidden_dim, num_layers, dropout, **encoder_options)
+        self.layers.extend(ScaleGMNLayer(hidden_dim, scaling, bidirectional, dropout) for _ in range(num_layers))
+
+
+@register_metanet("scalegmn_b")
+class ScaleGMNB(ScaleGMN):
+    """ScaleGMN-B: :class:`ScaleGMN` with ``bidirectional=True`` (messages forward and backward)."""
+
+    def __init__(self, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0, scaling: str = "sign",
+                 **encoder_options):
+        super().__init__(hidden_dim, num_layers, dropout, scaling, bidirectional=True, **encoder_options)
