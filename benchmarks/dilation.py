@@ -13,6 +13,10 @@ Protocols (see docs/benchmarks.md for why they are sized as they are):
   k in 1, 2, 4, 8, the configs' widths. For a GPU; the device is chosen automatically.
 * ``cpu``: DWS and GMN at k=1 and k=8 (budget-matched), one seed, about an hour on 2 cores.
 * ``smoke``: every architecture at k=1 and k=2, tiny data and widths, one epoch: plumbing only.
+
+``cpu`` and ``full`` fit their INRs (in ``data/inrs-<protocol>`` unless ``--data-root`` says
+otherwise) with the ``dws-released`` preset, calibrated to the INR set the published numbers
+were measured on (docs/inr.md); ``--preset dws-1000`` gives the INRs of earlier results.
 """
 from __future__ import annotations
 
@@ -35,13 +39,13 @@ ARCHS = ("gmn", "ng_gnn", "ng_t", "nft", "dws", "nfn_hnp", "nfn_np")
 PROTOCOLS = {
     "full": {
         "archs": ARCHS, "k": (1, 2, 4, 8), "seeds": (0, 1, 2),
-        "data": {"limit_train": None, "limit_val": None, "limit_test": None},
+        "data": {"limit_train": None, "limit_val": None, "limit_test": None, "preset": "dws-released"},
         "trainer": {"max_epochs": 150},
         "metanet_config": {},
     },
     "cpu": {
         "archs": ("dws", "gmn"), "k": (1, 8), "seeds": (0,),
-        "data": {"limit_train": 1000, "limit_val": 300, "limit_test": 300},
+        "data": {"limit_train": 1000, "limit_val": 300, "limit_test": 300, "preset": "dws-released"},
         "trainer": {"max_epochs": 12},
         "metanet_config": {"gmn": {"hidden_dim": 64, "num_layers": 3}, "dws": {"hidden_dim": 32, "num_layers": 3}},
     },
@@ -145,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--archs", nargs="+", choices=ARCHS)
     parser.add_argument("--k", nargs="+", type=int)
     parser.add_argument("--seeds", nargs="+", type=int)
-    parser.add_argument("--data-root", type=Path, default=ROOT / "data" / "inrs")
+    parser.add_argument("--data-root", type=Path, default=None, help="INR folder (default: data/inrs-<protocol>)")
+    parser.add_argument("--preset", default=None,
+                        help="INR preset, instead of the protocol's (dws-1000: the INRs of results made before it)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "benchmarks")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--run-one", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -154,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         run_one(args.run_one[1:], Path(args.run_one[0]))
         return 0
     protocol = PROTOCOLS[args.protocol]
+    if args.preset:
+        protocol = {**protocol, "data": {**protocol["data"], "preset": args.preset}}
+    data_root = args.data_root or ROOT / "data" / f"inrs-{args.protocol}"
     archs, ks, seeds = args.archs or protocol["archs"], args.k or protocol["k"], args.seeds or protocol["seeds"]
     machine = machine_name()
     runs = []
@@ -163,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = args.out / args.protocol / f"{arch}_k{k}_s{seed}"
                 out.mkdir(parents=True, exist_ok=True)
                 result_path = out / "result.json"
-                fit_args = run_arguments(protocol, arch, k, seed, args.data_root, out)
+                fit_args = run_arguments(protocol, arch, k, seed, data_root, out)
                 print(f"[{args.protocol}] {arch} k={k} seed={seed}", flush=True)
                 subprocess.run([sys.executable, __file__, "--run-one", str(result_path), *fit_args], check=True)
                 result = json.loads(result_path.read_text())

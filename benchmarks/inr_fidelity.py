@@ -21,14 +21,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import platform
 import time
 from pathlib import Path
 
 import torch
 
-from neuralgraph.data.generate import inr_seed, split_digits
-from neuralgraph.inr import DWS_MNIST, PRESETS, FitConfig, fit_inrs
+from neuralgraph.data.generate import inr_seed, read_manifest, split_digits
+from neuralgraph.data.inr_dataset import InrDataset
+from neuralgraph.inr import DWS_MNIST, PRESETS, FitConfig, FitResult, SirenConvention, fit_inrs
 from neuralgraph.theory.gp import audit_gp
 from neuralgraph.theory.quantize import quantize, symmetric_scale
 
@@ -43,6 +45,8 @@ QUANTILES = (0.05, 0.5, 0.95)
 CANDIDATES = {
     "lr1e-3-1000": ({}, {"lr": 1e-3}, "float32"),
     "lr5e-4-2000": ({}, {"steps": 2000}, "float32"),
+    "lr1e-3-1500": ({}, {"lr": 1e-3, "steps": 1500}, "float32"),
+    "lr1e-3-1500-fp64": ({}, {"lr": 1e-3, "steps": 1500}, "float64"),
     "lr1e-3-2000": ({}, {"lr": 1e-3, "steps": 2000}, "float32"),
     "lr5e-4-5000": ({}, {"steps": 5000}, "float32"),
     "lr1e-3-5000": ({}, {"lr": 1e-3, "steps": 5000}, "float32"),
@@ -77,14 +81,29 @@ def gp_percent(weights, biases, bits: int, scheme: str) -> float:
     return 100 * audit_gp(weights, quantized).in_gp.double().mean().item()
 
 
-def measure(name: str, n: int, source: str) -> dict:
-    convention, fit, dtype = recipes()[name]
+def fit(name: str, n: int, source: str) -> tuple[FitResult, SirenConvention, FitConfig, str, float]:
+    """Fit the first ``n`` train digits with recipe ``name``; also the seconds it took."""
+    convention, config, dtype = recipes()[name]
     digits = split_digits("train", source, split_seed=0, limit=n)
     images = (torch.from_numpy(digits.images).to(getattr(torch, dtype)) / 255)
     seeds = [inr_seed(0, "train", i) for i in digits.indices]
     start = time.perf_counter()
-    result = fit_inrs(images, seeds, convention, fit)
-    seconds = time.perf_counter() - start
+    result = fit_inrs(images, seeds, convention, config)
+    return result, convention, config, dtype, time.perf_counter() - start
+
+
+def load(root: Path, n: int) -> tuple[FitResult, SirenConvention, FitConfig, str, float]:
+    """The first ``n`` train INRs of a ``make-inrs`` folder (no fitting time: NaN)."""
+    data, manifest = InrDataset(root, "train"), read_manifest(root)
+    if len(data) < n:
+        raise ValueError(f"{root}: {len(data)} train INRs, fewer than --n {n}")
+    result = FitResult([w[:n] for w in data.weights], [b[:n] for b in data.biases], data.psnrs[:n], data.steps[:n])
+    return result, data.convention, FitConfig.from_dict(manifest["fit"]), str(data.weights[0].dtype)[6:], math.nan
+
+
+def measure(name: str, result: FitResult, convention: SirenConvention, fit: FitConfig, dtype: str,
+            seconds: float) -> dict:
+    n = len(result.psnr)
     weights, biases = [w.double() for w in result.weights], [b.double() for b in result.biases]
     gp = {scheme: {bits: gp_percent(weights, biases, bits, scheme) for bits in RELEASED_GP
                    if scheme != "fp16" or bits == 16} for scheme in SCHEMES}
@@ -114,7 +133,8 @@ def table(row: dict) -> str:
     q = row["psnr_quantiles"]
     lines += [f"| PSNR 5/50/95% | not published | {q['0.05']:.1f} / {q['0.5']:.1f} / {q['0.95']:.1f} dB | |",
               f"| stopped early | | {100 * row['stopped_early']:.1f}% (mean {row['mean_steps']:.0f} steps) | |",
-              f"| time | | {row['seconds']:.0f} s on {row['threads']} thread(s) | |"]
+              f"| time | | {row['seconds']:.0f} s on {row['threads']} thread(s) | |" if math.isfinite(row["seconds"])
+              else "| time | | read from a make-inrs folder | |"]
     return "\n".join(lines)
 
 
@@ -125,11 +145,17 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--source", choices=("full", "embedded"), default="full", help="MNIST files or the subset")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: other jobs share this CPU)")
     parser.add_argument("--out", type=Path, default=None, help="JSON lines file to append each recipe's row to")
+    parser.add_argument("--from", dest="folder", type=Path, default=None,
+                        help="measure the train INRs of this make-inrs folder instead of fitting")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = []
-    for name in args.recipes:
-        row = measure(name, args.n, args.source)
+    if args.folder is not None:
+        runs = [(str(args.folder), lambda: load(args.folder, args.n))]
+    else:
+        runs = [(name, lambda name=name: fit(name, args.n, args.source)) for name in args.recipes]
+    for name, make in runs:
+        row = measure(name, *make())
         if args.out is not None:
             with open(args.out, "a") as f:
                 f.write(json.dumps(row) + "\n")

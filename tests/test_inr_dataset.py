@@ -155,3 +155,18 @@ def test_missing_manifest_split_or_shard(small_dataset, tmp_path):
     os.remove(root / "train-00000.safetensors")
     with pytest.raises(DatasetError, match="train-00000.safetensors: shard listed in the manifest is missing"):
         InrDataset(root, "train")
+
+
+def test_presets_set_the_recipe_and_a_named_preset_checks_the_folder(small_dataset, tmp_path):
+    from neuralgraph.inr import DEFAULT_PRESET, PRESETS
+    from neuralgraph.training.datamodule import MnistInrDataModule
+
+    run = subprocess.run(CLI + ["--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    fit = json.loads((tmp_path / "a" / "manifest.json").read_text())["fit"]
+    assert fit["lr"] == PRESETS[DEFAULT_PRESET].fit.lr and fit["steps"] == 15  # --steps overrides the preset
+    released = PRESETS["dws-released"].fit.steps
+    with pytest.raises(DatasetError, match=f"manifest.json: steps is 6 in the manifest, but this run uses {released}"):
+        MnistInrDataModule(root=str(small_dataset), source="embedded", preset="dws-released").prepare_data()
+    with pytest.raises(ValueError, match="INR preset 'dws': expected one of"):
+        MnistInrDataModule(root=str(tmp_path / "b"), preset="dws").prepare_data()

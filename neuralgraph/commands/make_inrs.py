@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import torch
 
 from neuralgraph.data.generate import SPLITS, GenerationSettings, make_inrs
-from neuralgraph.inr import DWS_MNIST, INITS, FitConfig, SirenConvention
+from neuralgraph.inr import DEFAULT_PRESET, INITS, PRESETS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,9 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mnist", default=None, help="folder of the MNIST IDX files (default: $NEURALGRAPH_MNIST, cache)")
     parser.add_argument("--seed", type=int, default=0, help="base seed of the INR initialisations")
     parser.add_argument("--split-seed", type=int, default=0, help="seed of the train/val partition")
-    parser.add_argument("--init", choices=INITS, default=DWS_MNIST.init, help="SIREN initialisation scheme")
-    parser.add_argument("--steps", type=int, default=FitConfig.steps, help="Adam steps at most per INR")
-    parser.add_argument("--pool-size", type=int, default=FitConfig.pool_size,
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET,
+                        help="SIREN convention and fitting recipe (docs/inr.md); dws-1000 is the pre-calibration one")
+    parser.add_argument("--init", choices=INITS, default=None, help="SIREN initialisation (default: the preset's)")
+    parser.add_argument("--steps", type=int, default=None, help="Adam steps at most per INR (default: the preset's)")
+    parser.add_argument("--pool-size", type=int, default=PRESETS[DEFAULT_PRESET].fit.pool_size,
                         help="INRs optimised together (speed only)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
 
@@ -30,11 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
-    settings = GenerationSettings(
-        convention=SirenConvention(init=args.init),
-        fit=FitConfig(steps=args.steps, pool_size=args.pool_size),
-        seed=args.seed, split_seed=args.split_seed, source=args.source, shard_size=args.shard_size,
-    )
+    settings = GenerationSettings.from_preset(
+        args.preset, seed=args.seed, split_seed=args.split_seed, source=args.source, shard_size=args.shard_size)
+    settings = dataclasses.replace(
+        settings, convention=dataclasses.replace(settings.convention, init=args.init or settings.convention.init),
+        fit=dataclasses.replace(settings.fit, steps=args.steps or settings.fit.steps, pool_size=args.pool_size))
     splits = SPLITS if args.split == "all" else (args.split,)
     manifest = make_inrs(args.out, splits, args.limit, settings, args.device, args.mnist)
     for split in splits:

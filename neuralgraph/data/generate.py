@@ -32,7 +32,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from neuralgraph.data.mnist import Digits, PathLike, load_digits
-from neuralgraph.inr import DWS_MNIST, FitConfig, SirenConvention, fit_inrs
+from neuralgraph.inr import DWS_MNIST, FitConfig, SirenConvention, fit_inrs, preset
 
 MANIFEST = "manifest.json"
 FORMAT = "neuralgraph-mnist-inrs/1"
@@ -64,6 +64,13 @@ class GenerationSettings:
     def fit_dict(self) -> dict:
         """The fitting settings that change results (``pool_size`` only changes speed)."""
         return {k: v for k, v in self.fit.to_dict().items() if k != "pool_size"}
+
+    @classmethod
+    def from_preset(cls, name: str, **fields) -> "GenerationSettings":
+        """The convention and fit of the INR preset ``name`` (``neuralgraph.inr.PRESETS``), with
+        the other ``fields`` (seed, source, shard_size, ...) as given."""
+        recipe = preset(name)
+        return cls(convention=recipe.convention, fit=recipe.fit, **fields)
 
 
 def val_indices(split_seed: int) -> np.ndarray:

@@ -7,7 +7,6 @@ same batches as an uninterrupted one.
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Optional
 
@@ -81,8 +80,9 @@ class MnistInrDataModule(L.LightningDataModule):
             are). Limits are prefixes, so a small run on a large folder sees the same first INRs.
         permutation_augmentation: permute each training INR's hidden neurons at random.
         seed: seed of the per-epoch shuffling.
-        init: SIREN initialisation of INRs fitted on first use: ``"dws"`` (the benchmark's
-            convention) or ``"siren"`` (reaches 40 dB in about a third of the steps; the demo's).
+        preset: INR recipe (``neuralgraph.inr.PRESETS``) of splits fitted on first use; None
+            fits with ``DEFAULT_PRESET`` and uses a complete split as it is, a named preset also
+            requires a complete split to have been made with it (an error names the field).
     """
 
     def __init__(
@@ -96,7 +96,7 @@ class MnistInrDataModule(L.LightningDataModule):
         limit_test: Optional[int] = None,
         permutation_augmentation: bool = False,
         seed: int = 0,
-        init: str = "dws",
+        preset: Optional[str] = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -106,15 +106,17 @@ class MnistInrDataModule(L.LightningDataModule):
         return getattr(self.hparams, f"limit_{split}")
 
     def prepare_data(self) -> None:
-        from neuralgraph.data.generate import GenerationSettings, make_inrs
-        from neuralgraph.inr import DWS_MNIST
+        from neuralgraph.data.generate import MANIFEST, GenerationSettings, check_settings, make_inrs, read_manifest
+        from neuralgraph.inr import DEFAULT_PRESET
 
         root = Path(self.hparams.root)
-        settings = GenerationSettings(convention=dataclasses.replace(DWS_MNIST, init=self.hparams.init),
-                                      source=self.hparams.source)
+        settings = GenerationSettings.from_preset(self.hparams.preset or DEFAULT_PRESET, source=self.hparams.source)
         for split in SPLITS:
             limit = self.limit(split)
-            if not split_ready(root, split):
+            if split_ready(root, split) and self.hparams.preset is not None:
+                recipe = {"convention": settings.convention.to_dict(), "fit": settings.fit_dict()}
+                check_settings(read_manifest(root), recipe, root / MANIFEST)
+            elif not split_ready(root, split):
                 print(f"MNIST-INR split {split!r} ({limit or 'all'} INRs, {self.hparams.source} MNIST) is not in {root} "
                       "yet: fitting the SIRENs now (once; later runs reuse them)")
                 make_inrs(root, (split,), limit, settings, device="cuda" if torch.cuda.is_available() else "cpu")
