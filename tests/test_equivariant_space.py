@@ -48,7 +48,7 @@ def one_channel_layer(name: str, layout):
     """The first layer of the registered model, built with 1 channel and no activation."""
     cls = metanet_class(name)
     fixed = {"max_inputs": layout[0], "max_outputs": layout[-1]} if cls.symmetry == "hidden" else {}
-    model = build_metanet(name, hidden_dim=1, num_layers=1, max_layers=len(layout) - 1, **fixed)
+    model = build_metanet(name, hidden_dim=1, num_layers=1, num_weight_layers=len(layout) - 1, **fixed)
     return model.layers[0].double()
 
 
@@ -156,7 +156,7 @@ def test_depth_mismatch_names_the_argument():
 
 
 def test_too_many_inputs_names_the_argument():
-    model = build_metanet("dws", hidden_dim=4, num_layers=1, max_layers=2, max_inputs=2).double()
+    model = build_metanet("dws", hidden_dim=4, num_layers=1, num_weight_layers=2, max_inputs=2).double()
     graph = mlp_to_graph(*random_mlp((3, 4, 1), torch.Generator().manual_seed(0)))
     with pytest.raises(ValueError, match="3 input neurons .* max_inputs=2"):
         model(graph)

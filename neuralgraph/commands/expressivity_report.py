@@ -56,6 +56,8 @@ def layout_options(name: str, layout: Layout) -> dict:
     cls = metanet_class(name)
     accepted = inspect.signature(cls.__init__).parameters
     options = {"max_layers": len(layout) - 1}
+    if "num_weight_layers" in accepted:  # per-layer parameters sized for this depth
+        options["num_weight_layers"] = len(layout) - 1
     if "degree_layout" in accepted:
         options["degree_layout"] = layout
     if "max_inputs" in accepted and cls.symmetry == "hidden":  # NP models do not tell inputs/outputs apart

@@ -3,7 +3,7 @@ r"""DWS (Navon et al., 2023, "Equivariant Architectures for Learning in Deep Wei
 Linear layers equivariant to permutations of hidden neurons, stacked with ReLU. The space of
 such layers is the same as HNP-NFN's (:mod:`~neuralgraph.nn.nfn_hnp`); what differs is the
 published parameterisation, which this module follows (see
-:class:`~neuralgraph.nn.pooling.TermMixer`, ``parameterisation="blocks"``):
+:class:`~neuralgraph.nn.equivariant_linear.TermMixer`, ``parameterisation="blocks"``):
 
 * the layer is a sum of blocks by input kind, weights-to-* and biases-to-*, each block with its
   own matrices and bias;
@@ -12,17 +12,17 @@ published parameterisation, which this module follows (see
   near zero).
 
 DWS pools with ``max`` by default; here every pool is a mean (see
-:mod:`~neuralgraph.nn.pooling`), which keeps the layer linear, so it spans exactly the
+:mod:`~neuralgraph.nn.equivariant_linear`), which keeps the layer linear, so it spans exactly the
 equivariant space, and lets one model read networks of different widths.
 """
 from __future__ import annotations
 
-from neuralgraph.nn.pooling import PooledMetanet
+from neuralgraph.nn.equivariant_linear import WeightSpaceMetanet
 from neuralgraph.nn.registry import register_metanet
 
 
 @register_metanet("dws")
-class DWS(PooledMetanet):
+class DWS(WeightSpaceMetanet):
     """DWS on the parameter graph."""
 
     symmetry = "hidden"

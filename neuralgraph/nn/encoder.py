@@ -65,6 +65,7 @@ class LayerIndex(NamedTuple):
     edges: tuple[Tensor, ...]  # edges[l]: ids of the edges of layer l
     source_row: tuple[Tensor, ...]  # source_row[l]: row of each edge's source in nodes[l]
     target_row: tuple[Tensor, ...]  # target_row[l]: row of each edge's target in nodes[l + 1]
+    edge_graph: tuple[Tensor, ...]  # edge_graph[l]: graph of each edge of layer l
     depths: tuple[int, ...]  # the distinct numbers of weight layers of the graphs in the batch
 
 
@@ -89,6 +90,7 @@ def layer_index(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge
         edges=edges,
         source_row=tuple(row_in_layer[src[ids]] for ids in edges),
         target_row=tuple(row_in_layer[dst[ids]] for ids in edges),
+        edge_graph=tuple(batch[dst[ids]] for ids in edges),
         depths=tuple(torch.unique(depth).tolist()),
     )
 

@@ -1,0 +1,399 @@
+r"""Linear layers on weight space equivariant to neuron permutations: fold, NP layer, unfold.
+
+Shared by :mod:`~neuralgraph.nn.dws`, :mod:`~neuralgraph.nn.nfn_hnp` and :mod:`~neuralgraph.nn.nfn_np`.
+A linear map on weight space that commutes with a group of neuron permutations is a sum of
+terms, one per orbit of the group on pairs of coordinates (see
+:mod:`neuralgraph.theory.equivariant_space`). When every layer of the network is a permuted set
+(NFN's NP group), the terms are few (:class:`NPLinear`): the edge itself, the states of its end
+neurons, the row and column means of the weight matrices, and per-graph means of every layer.
+
+The hidden-neuron group leaves the input and output neurons in place, so a term may depend on
+their positions arbitrarily. :func:`fold` turns them into channels, as DWS does: the edges of
+``W_1`` become a ``d_0 C``-channel state of their hidden target (its row of ``W_1``), those of
+``W_L`` a ``d_L C``-channel state of their hidden source (its column of ``W_L``), and the input
+and output neurons a ``(d_0 + d_L) C``-channel state of the graph. What remains is the NP layer
+on the hidden layers ``1..L-1`` with wider states; :func:`unfold` gives back one row per node
+and edge. Input/output positions are ``node_index`` slots, so graphs may have fewer than
+``max_inputs``/``max_outputs`` of them (the missing slots stay zero).
+
+**Means, not sums.** Every pool is a mean (as NFN offers), so the scale of a term does not
+grow with the width of a layer, and one model reads networks of varying widths. For a fixed
+layout a mean is a sum times a constant, so the spanned space is the same.
+
+**Parameters per layer.** Each node layer, edge layer and the graph state have their own maps:
+a model is built for one depth (``num_weight_layers``), and every graph must have exactly it.
+The index sets the layers read (nodes and edges by layer) are built once per batch by the
+encoder (:class:`~neuralgraph.nn.encoder.LayerIndex`).
+"""
+from __future__ import annotations
+
+import math
+from typing import ClassVar, NamedTuple, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.utils import scatter
+
+from neuralgraph.nn.base import Metanet, MetanetLayer
+from neuralgraph.nn.encoder import LayerIndex
+
+PARAMETERISATIONS = ("terms", "blocks")
+Term = tuple[str, int]  # (kind: "edge" or "node", width)
+
+
+class WeightSpace(NamedTuple):
+    """Features of a batch of networks, layer by layer (rows ordered as in a :class:`LayerIndex`)."""
+
+    nodes: list[Tensor]  # nodes[k]: [n_k, width_k], the states of node layer k
+    edges: list[Tensor]  # edges[l]: [m_l, C], the edges between node layers l and l + 1
+    graph: Optional[Tensor]  # [B, width] per-graph state, or None
+
+
+def to_slots(values: Tensor, site: Tensor, slot: Tensor, num_sites: int, num_slots: int) -> Tensor:
+    """Place row ``k`` of ``values`` in slot ``slot[k]`` of ``site[k]``: ``[num_sites, num_slots * C]``.
+
+    Turns a set of fixed (unpermuted) neurons into channels; every (site, slot) pair must occur
+    at most once, so the scatter sum only places values.
+    """
+    placed = scatter(values, site * num_slots + slot, 0, num_sites * num_slots, "sum")
+    return placed.view(num_sites, num_slots * values.shape[1])
+
+
+def from_slots(folded: Tensor, site: Tensor, slot: Tensor, channels: int) -> Tensor:
+    """Inverse of :func:`to_slots`: row ``k`` is slot ``slot[k]`` of ``folded[site[k]]``."""
+    return folded.view(folded.shape[0], -1, channels)[site, slot]
+
+
+def restrict(index: LayerIndex, first: int, last: int) -> LayerIndex:
+    """``index`` for node layers ``first..last`` and the edge layers between them."""
+    nodes, edges = slice(first, last + 1), slice(first, last)
+    return LayerIndex(index.nodes[nodes], index.node_graph[nodes], index.position[nodes], index.edges[edges],
+                      index.source_row[edges], index.target_row[edges], index.edge_graph[edges], index.depths)
+
+
+def fold(x: Tensor, edge_attr: Tensor, index: LayerIndex, num_graphs: int,
+         fixed: Optional[tuple[int, int]]) -> WeightSpace:
+    """Graph features as a :class:`WeightSpace` whose every layer is permuted.
+
+    ``fixed = (max_inputs, max_outputs)`` (hidden-neuron group): inputs and outputs folded into
+    channels, the space covers hidden layers ``1..L-1``. ``None`` (NP group): layers ``0..L`` as
+    they are.
+    """
+    L = len(index.edges)
+    if fixed is None:
+        return WeightSpace([x[ids] for ids in index.nodes], [edge_attr[ids] for ids in index.edges], None)
+    max_inputs, max_outputs = fixed
+    for name, position, limit in (("input", index.position[0], max_inputs), ("output", index.position[L], max_outputs)):
+        if position.numel() and int(position.max()) >= limit:
+            raise ValueError(f"a graph has {int(position.max()) + 1} {name} neurons but the layer keeps "
+                             f"max_{name}s={limit} positions apart; raise max_{name}s")
+    first, last = 0, L - 1
+    rows = to_slots(edge_attr[index.edges[first]], index.target_row[first], index.position[0][index.source_row[first]],
+                    len(index.nodes[1]), max_inputs)
+    cols = to_slots(edge_attr[index.edges[last]], index.source_row[last], index.position[L][index.target_row[last]],
+                    len(index.nodes[L - 1]), max_outputs)
+    nodes = [x[ids] for ids in index.nodes[1:L]]
+    nodes[0] = torch.cat([nodes[0], rows], dim=1)
+    nodes[-1] = torch.cat([nodes[-1], cols], dim=1)
+    graph = torch.cat([to_slots(x[index.nodes[0]], index.node_graph[0], index.position[0], num_graphs, max_inputs),
+                       to_slots(x[index.nodes[L]], index.node_graph[L], index.position[L], num_graphs, max_outputs)], 1)
+    return WeightSpace(nodes, [edge_attr[ids] for ids in index.edges[1:L - 1]], graph)
+
+
+def unfold(space: WeightSpace, index: LayerIndex, fixed: Optional[tuple[int, int]], channels: int, num_nodes: int,
+           num_edges: int) -> tuple[Tensor, Tensor]:
+    """Inverse of :func:`fold`: node features ``[num_nodes, C]`` and edge features ``[num_edges, C]``."""
+    C, L = channels, len(index.edges)
+    permuted = range(L + 1) if fixed is None else range(1, L)
+    x = space.nodes[0].new_empty(num_nodes, C)
+    edge_attr = space.nodes[0].new_empty(num_edges, C)
+    for k, state in zip(permuted, space.nodes):
+        x[index.nodes[k]] = state[:, :C]
+    for l, edges in zip(permuted, space.edges):
+        edge_attr[index.edges[l]] = edges
+    if fixed is not None:
+        max_inputs, max_outputs = fixed
+        first, last = 0, L - 1
+        edge_attr[index.edges[first]] = from_slots(space.nodes[0][:, C : C + max_inputs * C], index.target_row[first],
+                                                   index.position[0][index.source_row[first]], C)
+        edge_attr[index.edges[last]] = from_slots(space.nodes[-1][:, -max_outputs * C :], index.source_row[last],
+                                                  index.position[L][index.target_row[last]], C)
+        x[index.nodes[0]] = from_slots(space.graph[:, : max_inputs * C], index.node_graph[0], index.position[0], C)
+        x[index.nodes[L]] = from_slots(space.graph[:, max_inputs * C :], index.node_graph[L], index.position[L], C)
+    return x, edge_attr
+
+
+class TermMixer(nn.Module):
+    r"""Linear map from a site's pooled terms to its output: :math:`y = s \sum_g (A_g t_g + c_g)`.
+
+    ``sources`` names where the terms live: ``"self"`` (rows of the site), ``"target"`` /
+    ``"source"`` (rows of the edge's end nodes, mapped per node then gathered per edge, so the
+    cost is per node), ``"graph"`` (per graph, broadcast). The terms of one source and group
+    ``g`` are concatenated and mapped by one matrix :math:`A_g`.
+
+    * ``parameterisation="terms"`` (NFN): one group, i.e. one matrix per pooled term, and one
+      bias; initialised uniformly with bound :math:`1/\sqrt{\text{fan-in of all terms}}`.
+    * ``parameterisation="blocks"`` (DWS): the terms read from edges and from nodes form two
+      blocks (DWS's weight-to-* and bias-to-* blocks), each with its own matrices and bias,
+      initialised as DWS (Xavier normal times :math:`\sqrt{2\,\text{fan-in}/\text{fan-out}}`, tiny
+      bias); the sum is normalised by ``scale = 1 / (number of parameter matrices)``.
+    """
+
+    def __init__(self, sources: dict[str, list[Term]], out_width: int, parameterisation: str, scale: float = 1.0):
+        super().__init__()
+        if parameterisation not in PARAMETERISATIONS:
+            raise ValueError(f"parameterisation={parameterisation!r}: expected one of {PARAMETERISATIONS}")
+        self.parameterisation = parameterisation
+        self.scale = scale
+        self.fan_in = sum(width for terms in sources.values() for _, width in terms)
+        groups = ("edge", "node") if parameterisation == "blocks" else ("all",)
+        self.columns: dict[str, dict[str, Tensor]] = {}
+        self.maps = nn.ModuleDict()
+        for source, terms in sources.items():
+            kinds = [kind for kind, width in terms for _ in range(width)]
+            for group in groups:
+                cols = [c for c, kind in enumerate(kinds) if group in ("all", kind)]
+                if cols:
+                    self.columns.setdefault(source, {})[group] = torch.tensor(cols)
+                    self.maps[f"{source}_{group}"] = nn.Linear(len(cols), out_width, bias=False)
+        self.bias = nn.ParameterDict({group: nn.Parameter(torch.empty(out_width)) for group in groups})
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for lin in self.maps.values():
+            if self.parameterisation == "terms":
+                bound = 1.0 / math.sqrt(self.fan_in)
+                nn.init.uniform_(lin.weight, -bound, bound)
+            else:
+                gain = math.sqrt(2.0 * lin.in_features / lin.out_features)
+                nn.init.xavier_normal_(lin.weight, gain=gain)
+        for bias in self.bias.values():
+            bound = 1.0 / math.sqrt(self.fan_in) if self.parameterisation == "terms" else 1e-4
+            nn.init.uniform_(bias, -bound, bound)
+
+    def forward(self, inputs: dict[str, tuple[Tensor, Optional[Tensor]]]) -> Tensor:
+        """``inputs[source] = (terms [rows, width], index)``: row ``index[k]`` feeds output row ``k``."""
+        out = sum(self.bias.values())
+        for source, by_group in self.columns.items():
+            terms, index = inputs[source]
+            for group, cols in by_group.items():
+                mapped = self.maps[f"{source}_{group}"](terms if len(cols) == terms.shape[1] else terms[:, cols.to(terms.device)])
+                out = out + (mapped if index is None else mapped[index])
+        return self.scale * out
+
+
+class NPLinear(nn.Module):
+    r"""Linear layer equivariant to the permutations of every layer's neurons (NFN's NP group).
+
+    On a :class:`WeightSpace` with node layers ``k = 0..K`` (state :math:`x_i` of width
+    ``w_k``), edge layers ``l = 0..K-1`` (:math:`e_{ij}`, ``C`` channels, from layer ``l`` to
+    ``l + 1``) and an optional graph state :math:`g`; with :math:`\bar e_{i\cdot}` /
+    :math:`\bar e_{\cdot i}` the means of the edges into / out of neuron :math:`i`,
+    :math:`t_i = [x_i, \bar e_{i\cdot}, \bar e_{\cdot i}]` and :math:`G` the per-graph means of
+    every node and edge layer, concatenated with :math:`g`:
+
+    .. math::
+        x_i' &= A_k t_i + B_k G + c_k \quad\text{(neuron of layer } k)\\
+        e_{ij}' &= A_l e_{ij} + T_l t_i + S_l t_j + B_l G + c_l
+        \quad\text{(edge } j \to i \text{ of layer } l)\\
+        g' &= B_g G + c_g
+
+    Every orbit basis matrix of the commutant is a combination of these terms, so with one
+    channel the layer spans the full space of equivariant linear maps
+    (``tests/test_equivariant_space.py`` checks the rank).
+
+    Args:
+        node_parts: per node layer, the ``(kind, width)`` parts of its state (kinds matter for
+            ``parameterisation="blocks"``).
+        channels: ``C``, the width of edge features.
+        graph_parts: the parts of the graph state (empty: none).
+        parameterisation: ``"terms"`` (NFN) or ``"blocks"`` (DWS), see :class:`TermMixer`.
+        scale: factor on every output (DWS: ``1 / (2L)``).
+    """
+
+    def __init__(self, node_parts: Sequence[Sequence[Term]], channels: int, graph_parts: Sequence[Term],
+                 parameterisation: str, scale: float = 1.0):
+        super().__init__()
+        self.node_parts = [list(parts) for parts in node_parts]
+        self.channels = channels
+        self.num_edge_layers = len(node_parts) - 1
+        pooled = ([part for parts in self.node_parts for part in parts] + [("edge", channels)] * self.num_edge_layers
+                  + list(graph_parts))
+        self.node_mixers = nn.ModuleList(
+            TermMixer({"self": self.neuron_terms(k), "graph": pooled}, sum(width for _, width in parts),
+                      parameterisation, scale)
+            for k, parts in enumerate(self.node_parts)
+        )
+        self.edge_mixers = nn.ModuleList(
+            TermMixer({"self": [("edge", channels)], "target": self.neuron_terms(l + 1),
+                       "source": self.neuron_terms(l), "graph": pooled}, channels, parameterisation, scale)
+            for l in range(self.num_edge_layers)
+        )
+        graph_width = sum(width for _, width in graph_parts)
+        self.graph_mixer = TermMixer({"graph": pooled}, graph_width, parameterisation, scale) if graph_width else None
+
+    def neuron_terms(self, k: int) -> list[Term]:
+        """Terms read at a neuron of layer ``k``: its state parts, then its incoming/outgoing edge means."""
+        incoming = [("edge", self.channels)] if k > 0 else []
+        outgoing = [("edge", self.channels)] if k < self.num_edge_layers else []
+        return self.node_parts[k] + incoming + outgoing
+
+    def reset_parameters(self) -> None:
+        for mixer in [*self.node_mixers, *self.edge_mixers, self.graph_mixer]:
+            if mixer is not None:
+                mixer.reset_parameters()
+
+    def forward(self, space: WeightSpace, index: LayerIndex, num_graphs: int) -> WeightSpace:
+        """``index`` covers exactly the layers of ``space``."""
+        K = self.num_edge_layers
+        terms = []
+        for k, state in enumerate(space.nodes):
+            rows = state.shape[0]
+            incoming = [scatter(space.edges[k - 1], index.target_row[k - 1], 0, rows, "mean")] if k > 0 else []
+            outgoing = [scatter(space.edges[k], index.source_row[k], 0, rows, "mean")] if k < K else []
+            terms.append(torch.cat([state, *incoming, *outgoing], dim=1))
+        pooled = torch.cat(
+            [scatter(state, graph, 0, num_graphs, "mean") for state, graph in zip(space.nodes, index.node_graph)]
+            + [scatter(edges, graph, 0, num_graphs, "mean") for edges, graph in zip(space.edges, index.edge_graph)]
+            + ([] if space.graph is None else [space.graph]),
+            dim=1,
+        )
+        nodes = [mixer({"self": (terms[k], None), "graph": (pooled, index.node_graph[k])})
+                 for k, mixer in enumerate(self.node_mixers)]
+        edges = [
+            mixer({"self": (space.edges[l], None), "target": (terms[l + 1], index.target_row[l]),
+                   "source": (terms[l], index.source_row[l]), "graph": (pooled, index.edge_graph[l])})
+            for l, mixer in enumerate(self.edge_mixers)
+        ]
+        graph = None if self.graph_mixer is None else self.graph_mixer({"graph": (pooled, None)})
+        return WeightSpace(nodes, edges, graph)
+
+
+class EquivariantLinear(MetanetLayer):
+    r"""Linear layer on the parameter graph equivariant to neuron permutations: fold, NP layer, unfold.
+
+    ``symmetry="np"``: :class:`NPLinear` on layers ``0..L``. ``symmetry="hidden"``: input and
+    output neurons folded into channels (:func:`fold`), :class:`NPLinear` on the hidden layers
+    ``1..L-1``, then :func:`unfold`. ``activation`` applies ReLU and dropout to the output, as
+    between the layers of DWS and NFN.
+
+    Args:
+        channels: width ``C`` of node and edge features (in and out).
+        num_weight_layers: depth ``L`` of the networks read (every graph must have it).
+        symmetry: ``"hidden"`` or ``"np"``.
+        parameterisation: ``"terms"`` (NFN) or ``"blocks"`` (DWS), see :class:`TermMixer`.
+        max_inputs, max_outputs: input/output positions kept apart (``"hidden"`` only).
+        activation: apply ReLU (and dropout) after the linear map.
+        dropout: dropout probability after the activation.
+    """
+
+    context = ("layers", "num_graphs")
+
+    def __init__(
+        self,
+        channels: int,
+        num_weight_layers: int,
+        symmetry: str,
+        parameterisation: str,
+        max_inputs: int = 0,
+        max_outputs: int = 0,
+        activation: bool = True,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        L, C = num_weight_layers, channels
+        if symmetry == "hidden":
+            if L < 2 or max_inputs < 1 or max_outputs < 1:
+                raise ValueError(
+                    f"symmetry='hidden' needs num_weight_layers >= 2 (a hidden layer to permute), got {L}, "
+                    f"and max_inputs, max_outputs >= 1, got {max_inputs}, {max_outputs}"
+                )
+            self.fixed: Optional[tuple[int, int]] = (max_inputs, max_outputs)
+            node_parts = [[("node", C)] for _ in range(L - 1)]
+            node_parts[0].append(("edge", max_inputs * C))
+            node_parts[-1].append(("edge", max_outputs * C))
+            graph_parts = [("node", (max_inputs + max_outputs) * C)]
+        elif symmetry == "np":
+            if L < 1 or max_inputs or max_outputs:
+                raise ValueError(
+                    f"symmetry='np' needs num_weight_layers >= 1, got {L}, and permutes inputs and outputs, "
+                    f"so max_inputs/max_outputs must be 0, got {max_inputs}, {max_outputs}"
+                )
+            self.fixed = None
+            node_parts, graph_parts = [[("node", C)] for _ in range(L + 1)], []
+        else:
+            raise ValueError(f"symmetry={symmetry!r}: expected 'hidden' or 'np'")
+        self.channels = channels
+        self.num_weight_layers = L
+        self.symmetry = symmetry
+        self.activation = activation
+        self.dropout = nn.Dropout(dropout)
+        scale = 1.0 / (2 * L) if parameterisation == "blocks" else 1.0
+        self.np_linear = NPLinear(node_parts, C, graph_parts, parameterisation, scale)
+
+    def reset_parameters(self) -> None:
+        self.np_linear.reset_parameters()
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, layers: LayerIndex,
+                num_graphs: int) -> tuple[Tensor, Tensor]:
+        """``layers``: the nodes and edges of ``(x, edge_index, edge_attr)`` grouped by layer."""
+        L = self.num_weight_layers
+        if layers.depths != (L,):
+            raise ValueError(
+                f"graph layouts have {list(layers.depths)} weight layers but the layer was built for "
+                f"num_weight_layers={L} (its parameters are per layer)"
+            )
+        permuted = layers if self.fixed is None else restrict(layers, 1, L - 1)
+        space = self.np_linear(fold(x, edge_attr, layers, num_graphs, self.fixed), permuted, num_graphs)
+        x, edge_attr = unfold(space, layers, self.fixed, self.channels, x.shape[0], edge_attr.shape[0])
+        if self.activation:
+            x, edge_attr = self.dropout(torch.relu(x)), self.dropout(torch.relu(edge_attr))
+        return x, edge_attr
+
+
+class WeightSpaceMetanet(Metanet):
+    """Encoder, then ``num_layers`` :class:`EquivariantLinear` layers with ReLU between.
+
+    Subclasses set ``symmetry`` and ``parameterisation``. The last layer has no activation, so
+    the heads read its linear output. ``num_weight_layers`` is the depth of the networks read
+    (default 3, the project's INRs): the per-layer parameters are sized for it and every graph
+    must have exactly it; ``max_layers`` sizes the encoder's embeddings, as for every metanet.
+    ``max_inputs``/``max_outputs`` are the input/output positions a ``"hidden"`` model keeps
+    apart (default 2 and 1, the project's INRs); an ``"np"`` model permutes them and takes neither.
+    """
+
+    uses_layer_index = True
+    parameterisation: ClassVar[str] = "terms"
+
+    def __init__(
+        self,
+        hidden_dim: int = 32,
+        num_layers: int = 4,
+        dropout: float = 0.0,
+        *,
+        num_weight_layers: int = 3,
+        max_inputs: Optional[int] = None,
+        max_outputs: Optional[int] = None,
+        **encoder_options,
+    ):
+        super().__init__(hidden_dim, num_layers, dropout, **encoder_options)
+        if num_weight_layers > self.encoder.max_layers:
+            raise ValueError(f"num_weight_layers={num_weight_layers} exceeds max_layers={self.encoder.max_layers}, "
+                             f"the layers the encoder embeds; raise max_layers")
+        self.num_weight_layers = num_weight_layers
+        defaults = (2, 1) if self.symmetry == "hidden" else (0, 0)
+        max_inputs = defaults[0] if max_inputs is None else max_inputs
+        max_outputs = defaults[1] if max_outputs is None else max_outputs
+        self.layers.extend(
+            EquivariantLinear(
+                hidden_dim,
+                num_weight_layers,
+                self.symmetry,
+                self.parameterisation,
+                max_inputs,
+                max_outputs,
+                activation=i < num_layers - 1,
+                dropout=dropout,
+            )
+            for i in range(num_layers)
+        )
