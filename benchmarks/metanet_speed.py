@@ -1,7 +1,7 @@
 """Forward+backward throughput of every registered metanetwork, in one run, as ratios side by side.
 
-* graphs/s at batch 32 of (2, 32, 32, 1) graphs for each architecture, with the torch_scatter
-  and the native scatter backend (``neuralgraph.scatter.set_backend``);
+* graphs/s at batch 32 of (2, 32, 32, 1) graphs for each architecture (reductions through PyG's
+  ``utils.scatter``, which uses torch-scatter where it is installed and faster);
 * the sparse GMN layer stack against a dense implementation of the same layers, with a
   ``[B, N, N, d]`` edge tensor as some public code does (same parameters, outputs checked equal);
 * parameter counts at the configurations of the papers (GMN d=128, 10 layers; DWS hidden 32,
@@ -16,12 +16,12 @@ import time
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.typing import WITH_TORCH_SCATTER
 
 from neuralgraph.graph import mlp_to_graph
 from neuralgraph.nn import METANETS, build_metanet
 from neuralgraph.nn.budget import count_trainable
 from neuralgraph.nn.gmn import GMN, GMNLayer
-from neuralgraph.scatter import available_backends, get_backend, set_backend
 
 LAYOUT = (2, 32, 32, 1)
 PAPER_CONFIGS = {"gmn": {"hidden_dim": 128, "num_layers": 10}, "dws": {"hidden_dim": 32, "num_layers": 4}}
@@ -81,15 +81,9 @@ def main(argv=None) -> dict:
     print(f"device {device}, {args.threads} threads, batch {args.batch} x {LAYOUT}: "
           f"{graph.num_nodes} nodes, {graph.num_edges} edges; hidden_dim {args.hidden_dim}, {args.num_layers} layers")
 
-    backends = available_backends()
-    if "torch_scatter" not in backends:
-        print("note: torch_scatter is not installed; its column is left out")
-    original_backend = get_backend()
-    header = f"{'metanet':<10}{'params':>10}" + "".join(f"{b + ' graphs/s':>22}" for b in backends)
-    if len(backends) == 2:
-        header += f"{'torch_scatter/native':>22}"
-    print(header)
-    results = {"rates": {}, "backends": backends, "device": device.type}
+    print(f"torch-scatter {'present' if WITH_TORCH_SCATTER else 'absent'}")
+    print(f"{'metanet':<10}{'params':>10}{'graphs/s':>12}")
+    results = {"rates": {}, "device": device.type}
     for name in sorted(METANETS):
         model = build_metanet(name, hidden_dim=args.hidden_dim, num_layers=args.num_layers, max_layers=len(LAYOUT) - 1)
         model = model.to(device)
@@ -99,16 +93,8 @@ def main(argv=None) -> dict:
             (node.square().mean() + edge.square().mean()).backward()
             sync()
 
-        rates = []
-        for backend in backends:
-            set_backend(backend)
-            rates.append(args.batch / seconds_per_step(step, args.repeats))
-        results["rates"][name] = dict(zip(backends, rates))
-        row = f"{name:<10}{count_trainable(model):>10}" + "".join(f"{r:>22.1f}" for r in rates)
-        if len(rates) == 2:
-            row += f"{rates[0] / rates[1]:>22.2f}"
-        print(row)
-    set_backend(original_backend)
+        results["rates"][name] = args.batch / seconds_per_step(step, args.repeats)
+        print(f"{name:<10}{count_trainable(model):>10}{results['rates'][name]:>12.1f}")
 
     gmn = GMN(args.hidden_dim, args.num_layers).to(device)
     node0, edge0, context = gmn.encoder(graph)

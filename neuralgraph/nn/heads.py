@@ -14,16 +14,15 @@ function of their invariants, so they scale like the weights they are added to.
 from __future__ import annotations
 
 import copy
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
-
-from typing import Optional
+from torch_geometric.utils import scatter
 
 from neuralgraph.graph.core import Graph, GraphConversionError, common_layout, graph_to_blocks
 from neuralgraph.graph.scaling import check_group, scaling_invariant
 from neuralgraph.nn.encoder import MAX_LAYERS, check_index_range, graph_context, node_graph_index, num_graphs
-from neuralgraph.scatter import scatter
 
 
 def two_layer_mlp(in_dim: int, hidden_dim: int, out_dim: int) -> nn.Sequential:
