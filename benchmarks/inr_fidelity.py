@@ -138,6 +138,23 @@ def table(row: dict) -> str:
     return "\n".join(lines)
 
 
+def summary(rows: list[dict]) -> str:
+    """One line per recipe: std ratios (ours / released) and GP rates, uniform per tensor and fp16."""
+    lines = ["| recipe | N | weight std ratio L1 / L2 / L3 | bias std ratio L1 / L2 / L3 | GP 16 / 12 / 8 bit, per tensor "
+             "| GP 16 bit fp16 | GP 12 bit per layer | median PSNR | time |", "|---|---|---|---|---|---|---|---|---|"]
+    lines.append("| released set | 60,000 | 1 / 1 / 1 | 1 / 1 / 1 | " + " / ".join(f"{v:.2f}" for v in RELEASED_GP.values())
+                 + " | | | | |")
+    for row in rows:
+        ratios = {kind: " / ".join(f"{ours / ref:.3f}" for ours, ref in zip(row[f"{kind}_std"], RELEASED_STD[kind]))
+                  for kind in ("weight", "bias")}
+        tensor = " / ".join(f"{row['gp']['tensor'][str(bits)]:.1f}" for bits in RELEASED_GP)
+        seconds = f"{row['seconds']:.0f} s" if math.isfinite(row["seconds"]) else ""
+        lines.append(f"| {row['recipe']} | {row['n']} | {ratios['weight']} | {ratios['bias']} | {tensor} "
+                     f"| {row['gp']['fp16']['16']:.1f} | {row['gp']['layer']['12']:.1f} "
+                     f"| {row['psnr_quantiles']['0.5']:.1f} dB | {seconds} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipes", nargs="+", default=["dws-released"], choices=sorted(recipes()))
@@ -147,7 +164,13 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--out", type=Path, default=None, help="JSON lines file to append each recipe's row to")
     parser.add_argument("--from", dest="folder", type=Path, default=None,
                         help="measure the train INRs of this make-inrs folder instead of fitting")
+    parser.add_argument("--summarize", type=Path, default=None, help="print the one-line-per-recipe table of a JSON "
+                        "lines file written by --out, and exit")
     args = parser.parse_args(argv)
+    if args.summarize is not None:
+        rows = [json.loads(line) for line in args.summarize.read_text().splitlines() if line.strip()]
+        print(summary(rows))
+        return rows
     torch.set_num_threads(args.threads)
     rows = []
     if args.folder is not None:
