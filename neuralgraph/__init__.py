@@ -1,14 +1,5 @@
 """neuralgraph: learning on the weights of neural networks, on PyTorch Geometric."""
-from neuralgraph.graph import (
-    graph_layouts,
-    graph_to_mlp,
-    graph_to_module,
-    mlp_to_graph,
-    module_to_graph,
-    permute_mlp,
-    random_hidden_permutation,
-    register_converter,
-)
+import importlib
 
 __version__ = "0.1.0"
 
@@ -22,3 +13,10 @@ __all__ = [
     "random_hidden_permutation",
     "register_converter",
 ]
+
+
+def __getattr__(name: str):
+    """The graph functions, imported on first use (``neuralgraph --help`` needs no torch)."""
+    if name in __all__:
+        return getattr(importlib.import_module("neuralgraph.graph"), name)
+    raise AttributeError(f"module 'neuralgraph' has no attribute {name!r}")

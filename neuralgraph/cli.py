@@ -1,13 +1,19 @@
 """The ``neuralgraph`` command: one entry point, one module per subcommand.
 
 Each subcommand lives in ``neuralgraph/commands/<name>.py`` and exposes
-``add_arguments(parser)`` and ``run(args)``; this file only dispatches. The Lightning
+``add_arguments(parser)`` and ``run(args)``; this file only dispatches, importing only the
+module of the subcommand that runs (``neuralgraph --help`` imports no torch). The Lightning
 verbs (fit/validate/test/predict) are forwarded to the LightningCLI subclass.
+
+An expected error (bad argument, file or checkpoint, missing data) is one line on stderr,
+``neuralgraph COMMAND: error: ...``, with exit code 2; ``--debug`` (before the command) or
+``NEURALGRAPH_DEBUG=1`` shows the traceback instead.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # subcommand -> (module under neuralgraph.commands, one-line help)
@@ -20,26 +26,61 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "expressivity-report": ("expressivity_report", "dimension of equivariant linear maps vs what each metanet spans"),
 }
 LIGHTNING_VERBS = ("fit", "validate", "test", "predict")
+DEBUG_ENV = "NEURALGRAPH_DEBUG"
+
+
+def debug_requested() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def one_line(message: object) -> str:
+    """``message`` with its lines joined, for a one-line error."""
+    return " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (``PROG: error: argument --x: ...``), exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def build_parser(command: str | None) -> OneLineParser:
+    """The parser of every subcommand; only ``command``'s module is imported to add its arguments."""
+    parser = OneLineParser(
+        prog="neuralgraph", description=__doc__.splitlines()[0],
+        epilog="Training: neuralgraph {fit,validate,test,predict} --config CONFIG.yaml "
+               "(LightningCLI; see `neuralgraph fit --help`). "
+               f"Errors are one line; --debug or {DEBUG_ENV}=1 shows the traceback.")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (before COMMAND)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        if name == command:
+            importlib.import_module(f"neuralgraph.commands.{module}").add_arguments(p)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in LIGHTNING_VERBS:
-        from neuralgraph.training.cli import run_lightning_cli
+    debug = debug_requested()
+    if argv[:1] == ["--debug"]:
+        debug, argv = True, argv[1:]
+    command = argv[0] if argv else None
+    try:
+        if command in LIGHTNING_VERBS:
+            from neuralgraph.training.cli import run_lightning_cli
 
-        run_lightning_cli(argv)
-        return 0
-    parser = argparse.ArgumentParser(
-        prog="neuralgraph", description=__doc__.splitlines()[0],
-        epilog="Training: neuralgraph {fit,validate,test,predict} --config CONFIG.yaml "
-               "(LightningCLI; see `neuralgraph fit --help`).")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(_module=module)
-        importlib.import_module(f"neuralgraph.commands.{module}").add_arguments(p)
-    args = parser.parse_args(argv)
-    return importlib.import_module(f"neuralgraph.commands.{args._module}").run(args) or 0
+            run_lightning_cli(argv)
+            return 0
+        args = build_parser(command).parse_args(argv)
+        return importlib.import_module(f"neuralgraph.commands.{args._module}").run(args) or 0
+    except (ValueError, OSError) as err:
+        if debug:
+            raise
+        print(f"neuralgraph {command}: error: {one_line(err)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

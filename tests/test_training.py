@@ -78,30 +78,99 @@ def first_loadable_checkpoint(path: Path, process, timeout: float = 600) -> bool
     return False
 
 
-def test_a_killed_fit_resumes_to_the_same_result(tiny_inrs, tmp_path):
-    epochs = 10
-    straight = cli_subprocess(fit_args(tiny_inrs, tmp_path / "straight", epochs=epochs))
-    assert straight.wait(timeout=600) == 0, straight.stdout.read()
+def entry_point(*args: str, **kwargs) -> subprocess.Popen:
+    """The installed ``neuralgraph`` command, as a user runs it."""
+    command = Path(sys.executable).with_name("neuralgraph")
+    assert command.is_file(), f"{command}: the entry point is not installed"
+    return subprocess.Popen([str(command), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            **kwargs)
 
-    killed_dir = tmp_path / "killed"
-    victim = cli_subprocess(fit_args(tiny_inrs, killed_dir, epochs=epochs), start_new_session=True)
-    last = killed_dir / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+
+def tiny_config(path: Path, root: Path, out: Path, epochs: int) -> Path:
+    """A YAML config of a tiny InrEditing fit (what `fit_args` sets), logging CSV under ``out``."""
+    path.write_text(f"""
+model:
+  class_path: neuralgraph.training.tasks.InrEditing
+  init_args: {{metanet: gmn, metanet_config: {TINY_MODEL}}}
+data: {{root: {root}, batch_size: 8, limit_train: 32, limit_val: 16, limit_test: 16}}
+trainer:
+  max_epochs: {epochs}
+  default_root_dir: {out}
+  logger: {{class_path: lightning.pytorch.loggers.CSVLogger, init_args: {{save_dir: {out}}}}}
+  enable_progress_bar: false
+  enable_model_summary: false
+""")
+    return path
+
+
+KILL_TEST_EPOCHS = 10
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_fit(tiny_inrs, tmp_path_factory) -> Path:
+    """metrics.csv of a tiny fit run to the end, the reference of the kill-and-resume tests."""
+    out = tmp_path_factory.mktemp("straight")
+    run = entry_point("fit", "--config", str(tiny_config(out / "fit.yaml", tiny_inrs, out, KILL_TEST_EPOCHS)))
+    assert run.wait(timeout=600) == 0, run.stdout.read()
+    return out / "lightning_logs" / "version_0" / "metrics.csv"
+
+
+def kill_after_first_checkpoint(config: Path, out: Path) -> int:
+    """Start ``neuralgraph fit --config config``, SIGKILL it once ``last.ckpt`` is complete; its epoch."""
+    victim = entry_point("fit", "--config", str(config), start_new_session=True)
+    last = out / "checkpoints" / "last.ckpt"
     assert first_loadable_checkpoint(last, victim), "the run ended before writing a checkpoint"
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
     saved_epoch = torch.load(last, weights_only=True)["epoch"]
-    assert saved_epoch < epochs - 1, "kill came too late to test resumption"
+    assert saved_epoch < KILL_TEST_EPOCHS - 1, "kill came too late to test resumption"
+    return saved_epoch
 
-    resumed = cli_subprocess(fit_args(tiny_inrs, killed_dir, epochs=epochs, extra=["--ckpt_path", str(last)]))
-    assert resumed.wait(timeout=600) == 0, resumed.stdout.read()
 
-    reference = tmp_path / "straight" / "lightning_logs" / "version_0" / "metrics.csv"
-    after = killed_dir / "lightning_logs" / "version_1" / "metrics.csv"
-    ref_val, res_val = logged(reference, "val/loss"), logged(after, "val/loss")
-    assert sorted(res_val) == list(range(saved_epoch + 1, epochs))
+def assert_resumed_like_uninterrupted(reference: Path, resumed: Path, saved_epoch: int) -> None:
+    ref_val, res_val = logged(reference, "val/loss"), logged(resumed, "val/loss")
+    assert sorted(res_val) == list(range(saved_epoch + 1, KILL_TEST_EPOCHS))  # the epochs continue
     assert [ref_val[e] for e in sorted(res_val)] == pytest.approx([res_val[e] for e in sorted(res_val)], rel=1e-6)
-    ref_test, res_test = logged(reference, "test/mse"), logged(after, "test/mse")
-    assert list(ref_test.values()) == pytest.approx(list(res_test.values()), rel=1e-6)
+    ref_test, res_test = logged(reference, "test/mse"), logged(resumed, "test/mse")
+    assert len(res_test) == 1 and list(ref_test.values()) == pytest.approx(list(res_test.values()), rel=1e-6)
+
+
+def test_the_documented_command_resumes_a_killed_fit(tiny_inrs, tmp_path, uninterrupted_fit):
+    """`neuralgraph fit --config C` killed, then `neuralgraph fit --config C --ckpt_path last` (docs/training.md)."""
+    config = tiny_config(tmp_path / "fit.yaml", tiny_inrs, tmp_path, KILL_TEST_EPOCHS)
+    saved_epoch = kill_after_first_checkpoint(config, tmp_path)
+    resumed = entry_point("fit", "--config", str(config), "--ckpt_path", "last")
+    output = resumed.communicate(timeout=600)[0]
+    assert resumed.returncode == 0, output
+    assert f"resuming from {tmp_path / 'checkpoints' / 'last.ckpt'}" in output
+    assert_resumed_like_uninterrupted(uninterrupted_fit, tmp_path / "lightning_logs" / "version_1" / "metrics.csv",
+                                      saved_epoch)
+
+
+def test_a_killed_fit_resumes_from_an_explicit_checkpoint(tiny_inrs, tmp_path, uninterrupted_fit):
+    config = tiny_config(tmp_path / "fit.yaml", tiny_inrs, tmp_path, KILL_TEST_EPOCHS)
+    saved_epoch = kill_after_first_checkpoint(config, tmp_path)
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    resumed = cli_subprocess(fit_args(tiny_inrs, tmp_path, epochs=KILL_TEST_EPOCHS, extra=["--ckpt_path", str(last)]))
+    assert resumed.wait(timeout=600) == 0, resumed.stdout.read()
+    assert_resumed_like_uninterrupted(uninterrupted_fit, tmp_path / "lightning_logs" / "version_1" / "metrics.csv",
+                                      saved_epoch)
+
+
+def test_validate_and_test_refuse_to_run_without_a_checkpoint(tiny_inrs, tmp_path, capsys):
+    from neuralgraph.cli import main
+
+    config = tiny_config(tmp_path / "fit.yaml", tiny_inrs, tmp_path, 1)
+    message = "`{}` needs --ckpt_path: a checkpoint file, or 'last' for the newest last*.ckpt in " \
+              f"{tmp_path.resolve() / 'checkpoints'}"
+    run = entry_point("test", "--config", str(config))  # all the process prints: no warning, no traceback
+    assert run.communicate(timeout=300)[0] == f"neuralgraph test: error: {message.format('test')}\n"
+    assert run.returncode == 2
+    assert main(["validate", "--config", str(config)]) == 2
+    assert capsys.readouterr().err == f"neuralgraph validate: error: {message.format('validate')}\n"
+    assert main(["test", "--config", str(config), "--ckpt_path", "last"]) == 2
+    assert capsys.readouterr().err == f"neuralgraph test: error: --ckpt_path last: no last*.ckpt in " \
+                                      f"{tmp_path.resolve() / 'checkpoints'}\n"
 
 
 def test_ddp_on_two_cpu_processes(tiny_inrs, tmp_path):
@@ -134,16 +203,17 @@ def test_a_checkpoint_of_another_architecture_is_refused(tiny_inrs, tmp_path):
         InrClassification.load_from_checkpoint(checkpoint, weights_only=True)
 
 
-def test_edit_and_predict_write_the_edited_networks(tiny_inrs, tmp_path):
+def test_edit_and_predict_write_the_edited_networks(tiny_inrs, tmp_path, monkeypatch):
     from neuralgraph.commands.edit import load_inr
     from neuralgraph.inr import DWS_MNIST, render
     from neuralgraph.training.tasks import InrEditing
 
-    cli = run_lightning_cli(fit_args(tiny_inrs, tmp_path, extra=["--model.k", "3", "--test_after_fit", "false"]))
+    monkeypatch.chdir(tiny_inrs.parent)  # a relative --data.root: the checkpoint stores it absolute
+    cli = run_lightning_cli(fit_args(tiny_inrs.name, tmp_path, extra=["--model.k", "3", "--test_after_fit", "false"]))
     checkpoint = cli.trainer.checkpoint_callback.best_model_path
     png, exported = tmp_path / "edit.png", tmp_path / "edited.safetensors"
-    run = cli_subprocess(["edit", "--ckpt", checkpoint, "--index", "2", "--data-root", str(tiny_inrs),
-                          "--out", str(png), "--export", str(exported)])
+    run = cli_subprocess(["edit", "--ckpt", checkpoint, "--index", "2", "--out", str(png), "--export", str(exported)],
+                         cwd=tmp_path)
     output = run.communicate(timeout=300)[0]
     assert run.returncode == 0, output
     assert png.stat().st_size > 0

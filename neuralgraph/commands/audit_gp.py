@@ -10,7 +10,6 @@ and quantization granularity, the percentage of networks in bias GP and in combi
 from __future__ import annotations
 
 import argparse
-import pickle
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import Tensor
 
+from neuralgraph.commands import load_torch_file, positive_int
 from neuralgraph.data.generate import MANIFEST
 from neuralgraph.data.inr_dataset import InrDataset
 from neuralgraph.graph import GraphConversionError, graph_to_mlp, module_to_graph
@@ -33,24 +33,33 @@ Networks = tuple[list[Tensor], list[Tensor]]  # batched weights [B, d_out, d_in]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("root", type=Path, metavar="DIR", help="INR dataset folder or folder of MLP checkpoints")
-    parser.add_argument("--bits", type=int, nargs="+", default=[32, 16, 12, 8], help="bit widths to audit")
+    parser.add_argument("--bits", type=bit_width, nargs="+", default=[32, 16, 12, 8],
+                        help="bit widths to audit: 32 and 16 (IEEE floats) or 2..15 (integer grid)")
     parser.add_argument("--split", default="train", help="split of an INR dataset (ignored for checkpoints)")
     parser.add_argument(
         "--granularity", nargs="+", choices=GRANULARITIES, default=["tensor"], help="quantization scale granularity"
     )
-    parser.add_argument("--limit", type=int, default=None, help="audit at most this many networks")
-    parser.add_argument("--chunk", type=int, default=1024, help="networks audited at once (memory)")
+    parser.add_argument("--limit", type=positive_int, default=None, help="audit at most this many networks")
+    parser.add_argument("--chunk", type=positive_int, default=1024, help="networks audited at once (memory)")
+
+
+def bit_width(text: str) -> int:
+    """argparse type of ``--bits``: a width :func:`~neuralgraph.theory.quantize.quantize_mlp` supports."""
+    bits = positive_int(text)
+    if bits not in IEEE_FORMATS and not 2 <= bits <= 15:
+        raise argparse.ArgumentTypeError(f"{bits} bits: choose 32, 16 or 2..15")
+    return bits
 
 
 def load_checkpoint(path: Path) -> Networks:
     """One MLP from a checkpoint file, as a batch of one; errors name the file."""
-    try:
-        if path.suffix == ".safetensors":
+    if path.suffix != ".safetensors":
+        state = load_torch_file(path)
+    else:
+        try:
             state = load_file(str(path))
-        else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except (SafetensorError, pickle.UnpicklingError, RuntimeError) as err:
-        raise ValueError(f"{path}: not a readable checkpoint ({err})") from err
+        except SafetensorError as err:
+            raise ValueError(f"{path}: not a readable safetensors checkpoint ({err})") from None
     if not isinstance(state, dict):
         raise GraphConversionError(f"{path}: holds {type(state).__name__}, expected a state dict")
     try:

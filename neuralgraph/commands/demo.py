@@ -14,14 +14,16 @@ import argparse
 import time
 from pathlib import Path
 
+from neuralgraph.commands import positive_int
+
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="LightningCLI config of the k=1 run")
-    parser.add_argument("--k", type=int, nargs="+", default=[1, 4], help="numbers of output networks to compare")
+    parser.add_argument("--k", type=positive_int, nargs="+", default=[1, 4], help="numbers of output networks to compare")
     parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="folder for logs, checkpoints, PNGs")
-    parser.add_argument("--max-epochs", type=int, help="override the config's trainer.max_epochs")
+    parser.add_argument("--max-epochs", type=positive_int, help="override the config's trainer.max_epochs")
 
 
 def run(args: argparse.Namespace) -> int:

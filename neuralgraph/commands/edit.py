@@ -16,6 +16,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from neuralgraph.commands import load_torch_file, nonnegative_int, positive_int
 from neuralgraph.graph import mlp_to_graph
 
 
@@ -23,12 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ckpt", required=True, type=Path, help="checkpoint of an InrEditing run")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--inr", type=Path, help="a .safetensors INR (weight.<l>, bias.<l>)")
-    source.add_argument("--index", type=int, help="index of an INR in the checkpoint's dataset split")
+    source.add_argument("--index", type=nonnegative_int, help="index of an INR in the checkpoint's dataset split")
     parser.add_argument("--split", default="test", choices=("train", "val", "test"))
     parser.add_argument("--data-root", type=Path, help="dataset folder (default: the one the checkpoint was trained on)")
     parser.add_argument("--out", required=True, type=Path, help="PNG to write")
     parser.add_argument("--export", type=Path, help="write the edited INR (merged when k > 1) as .safetensors")
-    parser.add_argument("--resolution", type=int, default=28, help="render resolution of the PNG")
+    parser.add_argument("--resolution", type=positive_int, default=28, help="render resolution of the PNG")
 
 
 def save_inr(path: Path, weights, biases, metadata: dict | None = None) -> None:
@@ -59,10 +60,8 @@ def run(args: argparse.Namespace) -> int:
     from neuralgraph.training.tasks import InrEditing
     from neuralgraph.training.visualize import save_editing_grid
 
-    if not args.ckpt.is_file():
-        raise ValueError(f"--ckpt {args.ckpt}: no such checkpoint file")
-    checkpoint = torch.load(args.ckpt, map_location="cpu", weights_only=True)
-    task_name = checkpoint.get("neuralgraph_task", {}).get("task")
+    checkpoint = load_torch_file(args.ckpt)
+    task_name = checkpoint.get("neuralgraph_task", {}).get("task") if isinstance(checkpoint, dict) else None
     if task_name != "InrEditing":
         raise ValueError(f"{args.ckpt}: holds a {task_name or 'non-neuralgraph'} checkpoint; `edit` needs InrEditing")
     task = InrEditing.load_from_checkpoint(args.ckpt, map_location="cpu", weights_only=True)

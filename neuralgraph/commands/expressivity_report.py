@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from neuralgraph.commands import positive_int
 from neuralgraph.graph import Layout, mlp_to_graph
 from neuralgraph.nn import METANETS, WeightDecoder, build_metanet, metanet_class
 from neuralgraph.theory.equivariant_space import (
@@ -43,11 +44,12 @@ from neuralgraph.theory.equivariant_space import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--layout", type=int, nargs="+", default=[2, 3, 3, 1], help="layer widths of the networks read")
-    parser.add_argument("--hidden-dim", type=int, default=4, help="feature width of the metanets")
-    parser.add_argument("--num-layers", type=int, default=4, help="layers of the metanets")
-    parser.add_argument("--maps-per-draw", type=int, default=16, help="decoder outputs k: Jacobians per parameter draw")
-    parser.add_argument("--patience", type=int, default=2, help="stop after this many draws that add no dimension")
+    parser.add_argument("--layout", type=positive_int, nargs="+", default=[2, 3, 3, 1],
+                        help="layer widths of the networks read (input, hidden..., output)")
+    parser.add_argument("--hidden-dim", type=positive_int, default=4, help="feature width of the metanets")
+    parser.add_argument("--num-layers", type=positive_int, default=4, help="layers of the metanets")
+    parser.add_argument("--maps-per-draw", type=positive_int, default=16, help="decoder outputs k: Jacobians per parameter draw")
+    parser.add_argument("--patience", type=positive_int, default=2, help="stop after this many draws that add no dimension")
     parser.add_argument("--architectures", nargs="+", default=None, help="subset of metanets (default: all)")
 
 
@@ -133,6 +135,8 @@ def format_report(layout: Layout, spans: list[LinearisationSpan]) -> str:
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     layout = tuple(args.layout)
+    if len(layout) < 2:
+        raise ValueError(f"--layout {' '.join(map(str, layout))}: needs at least an input and an output width")
     names = args.architectures or sorted(METANETS)
     unknown = sorted(set(names) - set(METANETS))
     if unknown:

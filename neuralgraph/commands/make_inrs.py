@@ -6,6 +6,7 @@ import dataclasses
 
 import torch
 
+from neuralgraph.commands import positive_int
 from neuralgraph.data.generate import SPLITS, GenerationSettings, make_inrs
 from neuralgraph.inr import DEFAULT_PRESET, INITS, PRESETS
 
@@ -13,8 +14,8 @@ from neuralgraph.inr import DEFAULT_PRESET, INITS, PRESETS
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="dataset folder (created; rerun the same command to resume)")
     parser.add_argument("--split", choices=SPLITS + ("all",), default="all")
-    parser.add_argument("--limit", type=int, default=None, help="keep the first N digits of each split")
-    parser.add_argument("--shard-size", type=int, default=1000, help="INRs per safetensors shard")
+    parser.add_argument("--limit", type=positive_int, default=None, help="keep the first N digits of each split")
+    parser.add_argument("--shard-size", type=positive_int, default=1000, help="INRs per safetensors shard")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (bitwise determinism is guaranteed on cpu)")
     parser.add_argument("--source", choices=("full", "embedded"), default="full",
                         help="full MNIST files, or the subset embedded in the package (offline)")
@@ -24,10 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS), default=DEFAULT_PRESET,
                         help="SIREN convention and fitting recipe (docs/inr.md); dws-1000 is the pre-calibration one")
     parser.add_argument("--init", choices=INITS, default=None, help="SIREN initialisation (default: the preset's)")
-    parser.add_argument("--steps", type=int, default=None, help="Adam steps at most per INR (default: the preset's)")
-    parser.add_argument("--pool-size", type=int, default=PRESETS[DEFAULT_PRESET].fit.pool_size,
+    parser.add_argument("--steps", type=positive_int, default=None, help="Adam steps at most per INR (default: the preset's)")
+    parser.add_argument("--pool-size", type=positive_int, default=PRESETS[DEFAULT_PRESET].fit.pool_size,
                         help="INRs optimised together (speed only)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,33 +4,58 @@ Differences from a bare LightningCLI, all in the spirit of the paper's protocol:
 
 * ``fit`` ends with ``test`` at the best-validation checkpoint (``--test_after_fit false``
   turns it off), so reported test metrics are never a minimum over test epochs;
-* checkpoints: the best by ``val/loss`` and ``last.ckpt`` (resume with ``--ckpt_path last``);
+* checkpoints: the best by ``val/loss`` and ``last.ckpt``, in ``<default_root_dir>/checkpoints``,
+  outside the logger's ``version_N`` folders, so rerunning a killed ``fit`` with
+  ``--ckpt_path last`` finds and resumes its newest ``last*.ckpt``;
+* ``validate``/``test``/``predict`` refuse to run without a checkpoint (a file, or ``last``), and
+  a checkpoint of another task or architecture is refused with the field that differs;
 * ``predict`` writes every output of the test split to ``predictions.safetensors`` in the log dir;
 * Lightning's default logger: CSV, or TensorBoard when it is installed, under
   ``trainer.default_root_dir``; ``seed_everything`` defaults to 0.
 """
 from __future__ import annotations
 
+import logging
 import os
+import sys
+import warnings
 from pathlib import Path
+from typing import Optional
 
 import torch
 from safetensors.torch import save_file
 
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from neuralgraph.cli import one_line
+from neuralgraph.commands import load_torch_file
 from neuralgraph.training.datamodule import MnistInrDataModule
 from neuralgraph.training.tasks import MetanetTask
 
 
 ARCHITECTURE_ARGUMENTS = ("metanet", "metanet_config", "k", "match_budget", "num_classes", "num_weight_layers")
+# We pass ``args`` on purpose (the `neuralgraph` entry point parses sys.argv itself); the seed is
+# in each run's config.yaml, and an error before any work stays one line without "Seed set to 0".
+warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
+logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
+
+
+def checkpoint_dir(default_root_dir: Optional[str]) -> Path:
+    """Checkpoint folder of the runs under ``default_root_dir`` (the working directory when None)."""
+    return Path(default_root_dir or os.getcwd()).resolve() / "checkpoints"
+
+
+def last_checkpoint(folder: Path) -> Optional[Path]:
+    """The newest ``last*.ckpt`` of ``folder`` (Lightning's rule for ``ckpt_path="last"``), if any."""
+    candidates = [p for p in folder.glob("last*.ckpt") if p.is_file()]
+    return max(candidates, key=lambda p: p.stat().st_mtime_ns, default=None)
 
 
 def check_checkpoint_matches(ckpt_path: Path, model_config) -> None:
     """ValueError naming what differs when ``ckpt_path`` holds another task or architecture."""
-    checkpoint = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-    saved = checkpoint.get("neuralgraph_task")
+    checkpoint = load_torch_file(ckpt_path)
+    saved = checkpoint.get("neuralgraph_task") if isinstance(checkpoint, dict) else None
     if saved is None:
         raise ValueError(f"{ckpt_path}: not a neuralgraph checkpoint (no 'neuralgraph_task' entry)")
     task = str(model_config.get("class_path", "")).rsplit(".", 1)[-1]
@@ -44,19 +69,62 @@ def check_checkpoint_matches(ckpt_path: Path, model_config) -> None:
                              f"but the configuration asks for {key}={requested[key]!r}")
 
 
+class OneLineArgumentParser(LightningArgumentParser):
+    """Parse errors as one line (``neuralgraph fit: error: ...``, exit code 2), not a usage dump."""
+
+    def error(self, message: str, ex: Optional[Exception] = None):
+        if not self.exit_on_error:  # jsonargparse probing alternatives: it catches the exception
+            super().error(message, ex)
+        prog = self.prog.replace(" [options]", "")
+        sys.stderr.write(f"{prog}: error: {one_line(message)} (see {prog} --help)\n")
+        raise SystemExit(2)
+
+
 class NeuralgraphCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--test_after_fit", type=bool, default=True,
                             help="after fit, test at the best-validation checkpoint")
 
     def _parse_ckpt_path(self) -> None:
-        # LightningCLI replaces the model configuration by the checkpoint's hyperparameters,
-        # silently: `test --config dws.yaml --ckpt_path gmn.ckpt` would test GMN. Refuse instead.
+        """Resolve ``--ckpt_path`` to a file before anything is built, and check it fits the configuration.
+
+        ``last`` is the newest ``last*.ckpt`` in :func:`checkpoint_dir`; a ``fit`` without one starts
+        from scratch (so one command both starts and resumes a run), the other verbs refuse. A
+        checkpoint of another task or architecture is refused: LightningCLI would silently replace
+        the configured model by the checkpoint's (`test --config dws.yaml --ckpt_path gmn.ckpt`
+        would test GMN).
+        """
         subcommand = self.config.get("subcommand")
-        ckpt_path = subcommand and self.config[subcommand].get("ckpt_path")
-        if ckpt_path and Path(ckpt_path).is_file():
-            check_checkpoint_matches(Path(ckpt_path), self.config[subcommand]["model"])
+        if not subcommand:
+            return
+        config = self.config[subcommand]
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path == "last":
+            folder = checkpoint_dir(config.trainer.default_root_dir)
+            found = last_checkpoint(folder)
+            if found is None and subcommand != "fit":
+                raise ValueError(f"--ckpt_path last: no last*.ckpt in {folder}")
+            print(f"--ckpt_path last: resuming from {found}" if found else
+                  f"--ckpt_path last: no last*.ckpt in {folder} yet, fitting from the start")
+            ckpt_path = config["ckpt_path"] = found and str(found)
+            # resuming into the folder the checkpoint came from is the point, not a mistake
+            warnings.filterwarnings("ignore", message=f"Checkpoint directory {folder} exists and is not empty")
+        elif ckpt_path == "best":
+            raise ValueError("--ckpt_path best: only known inside the fit that wrote it; pass a checkpoint file "
+                             "(best-epoch=N.ckpt) or 'last'")
+        elif ckpt_path is None and subcommand != "fit":
+            raise ValueError(f"`{subcommand}` needs --ckpt_path: a checkpoint file, or 'last' for the newest "
+                             f"last*.ckpt in {checkpoint_dir(config.trainer.default_root_dir)}")
+        if ckpt_path is not None:
+            check_checkpoint_matches(Path(ckpt_path), config["model"])
         super()._parse_ckpt_path()
+
+    def instantiate_trainer(self, **kwargs):
+        trainer = super().instantiate_trainer(**kwargs)
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
+                callback.dirpath = str(checkpoint_dir(trainer.default_root_dir))
+        return trainer
 
     def after_predict(self) -> None:
         """Write the predictions (each output concatenated over batches) next to the logs."""
@@ -88,5 +156,6 @@ def run_lightning_cli(argv: list[str]) -> NeuralgraphCLI:
         },
         args=argv,
         save_config_kwargs={"overwrite": True},
-        parser_kwargs={"default_env": False},
+        parser_kwargs={"default_env": False, "prog": "neuralgraph"},
+        parser_class=OneLineArgumentParser,
     )

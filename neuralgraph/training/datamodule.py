@@ -98,8 +98,12 @@ class MnistInrDataModule(L.LightningDataModule):
         seed: int = 0,
         preset: Optional[str] = None,
     ):
+        for split, limit in zip(SPLITS, (limit_train, limit_val, limit_test)):
+            if limit is not None and limit < 1:
+                raise ValueError(f"data.limit_{split}={limit}: must be at least 1 (or null for every INR)")
         super().__init__()
         self.save_hyperparameters()
+        self.hparams.root = str(Path(root).resolve())  # absolute in checkpoints: `edit --index` works from anywhere
         self.datasets: dict = {}
 
     def limit(self, split: str) -> Optional[int]:
