@@ -1,8 +1,10 @@
-"""Write configs/dilation/<arch>_k<k>.yaml: the OCE dilation grid, one file per (architecture, k).
+"""Write configs/dilation/<arch>_k<k>.yaml (the OCE dilation grid) and configs/dilation/paper/<row>_k<k>.yaml.
 
 k = 1 uses the width below; k > 1 sets ``match_budget: true`` so that the task shrinks
 ``hidden_dim`` at start until metanet + decoder(k) fit the k = 1 parameter count (both counts
-are printed). Run from the repository root: ``python configs/generate_dilation.py``.
+are printed). ``paper/`` holds the systems of the paper's dilation table at their published
+sizes (sources in docs/architectures.md). Run from the repository root:
+``python configs/generate_dilation.py``.
 """
 from pathlib import Path
 
@@ -16,6 +18,30 @@ ARCHITECTURES = {  # the k = 1 reference configurations
     "nfn_np": {"hidden_dim": 32, "num_layers": 4, "dropout": 0.0},
 }
 KS = (1, 2, 4, 8)
+
+PAPER = {  # row of the dilation table: (metanet, k = 1 configuration, where the sizes come from)
+    "nft": ("nft", {"hidden_dim": 64, "num_layers": 4, "dropout": 0.0},
+            "no published dilation config found; this repository's NFT defaults"),
+    "np_nfn": ("nfn_np", {"hidden_dim": 128, "num_layers": 3, "dropout": 0.0, "fourier_features": 128,
+                          "fourier_scale": 3.0},
+               "mkofinas/neural-graphs experiments/style_editing/configs/model/nfn.yaml"),
+    "ng_gnn64": ("ng_gnn", {"hidden_dim": 128, "num_layers": 4, "dropout": 0.2, "probe_features": 64},
+                 "mkofinas/neural-graphs style_editing pna.yaml, mnist_dilation_gnn.sh, 64 probes"),
+    "ng_t64": ("ng_t", {"hidden_dim": 64, "num_layers": 4, "num_heads": 4, "dropout": 0.3, "fourier_features": 128,
+                        "fourier_scale": 3.0, "probe_features": 64},
+               "mkofinas/neural-graphs style_editing rtransformer.yaml, mnist_dilation_rt.sh, 64 probes"),
+    "scalegmn_b": ("scalegmn_b", {"hidden_dim": 128, "num_layers": 10, "dropout": 0.1},
+                   "jkalogero/scalegmn configs/mnist_editing/scalegmn_bidir.yml"),
+    "scalegmn_b_gradmetanet": ("scalegmn_b", {"hidden_dim": 128, "num_layers": 10, "dropout": 0.1,
+                                              "gradient_features": 64},
+                               "scalegmn_bidir.yml + gradients at 64 points (GradMetaNet, arXiv:2507.01649)"),
+    "gmn_gradmetanet": ("gmn", {"hidden_dim": 128, "num_layers": 10, "dropout": 0.1, "gradient_features": 64},
+                        "the OCE GMN + gradients at 64 points"),
+    "dws": ("dws", {"hidden_dim": 32, "num_layers": 4, "dropout": 0.1},
+            "dayanadir/capacity_increase_inr_editing_experiment README (feat=1) and inr_editing.yaml"),
+    "gmn": ("gmn", {"hidden_dim": 128, "num_layers": 10, "dropout": 0.1},
+            "dayanadir/capacity_increase_inr_editing_experiment README (feat=1) and inr_editing.yaml"),
+}
 
 TEMPLATE = """\
 # INR dilation (MNIST SIREN 2-32-32-1, 3x3 dilation target, pixel MSE) with {arch}, k={k}.
@@ -37,16 +63,22 @@ trainer:
 """
 
 
+def config_text(arch: str, config: dict, k: int) -> str:
+    budget = ("Reference width (k = 1)." if k == 1 else
+              "hidden_dim below is the k = 1 reference; match_budget shrinks it at start.")
+    return TEMPLATE.format(arch=arch, k=k, budget=budget, match=str(k > 1).lower(),
+                           config=", ".join(f"{key}: {value}" for key, value in config.items()))
+
+
 def main() -> None:
     out = Path(__file__).with_name("dilation")
-    out.mkdir(exist_ok=True)
+    (out / "paper").mkdir(parents=True, exist_ok=True)
     for arch, config in ARCHITECTURES.items():
         for k in KS:
-            budget = ("Reference width (k = 1)." if k == 1 else
-                      "hidden_dim below is the k = 1 reference; match_budget shrinks it at start.")
-            text = TEMPLATE.format(arch=arch, k=k, budget=budget, match=str(k > 1).lower(),
-                                   config=", ".join(f"{key}: {value}" for key, value in config.items()))
-            (out / f"{arch}_k{k}.yaml").write_text(text)
+            (out / f"{arch}_k{k}.yaml").write_text(config_text(arch, config, k))
+    for row, (arch, config, source) in PAPER.items():
+        for k in KS:
+            (out / "paper" / f"{row}_k{k}.yaml").write_text(f"# Paper row {row}: {source}.\n" + config_text(arch, config, k))
 
 
 if __name__ == "__main__":

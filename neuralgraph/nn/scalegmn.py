@@ -49,6 +49,36 @@ class EquivariantNorm(nn.Module):
         return self.norm(v)
 
 
+class EdgeGate(nn.Module):
+    r"""Invariant gate of an edge ``src -> dst``: an MLP of :math:`[\kappa(e), \kappa(h_\text{src}), \kappa(h_\text{dst})]`.
+
+    .. math::
+        \phi = W_2\,\mathrm{SiLU}\big(\mathrm{LN}(W_e \kappa(e) + W_s \kappa(h_\text{src}) + W_t \kappa(h_\text{dst}) + c)\big)
+
+    The first layer is split by part, so node terms are projected once per node, not per edge.
+    """
+
+    def __init__(self, hidden_dim: int, scaling: str):
+        super().__init__()
+        self.scaling = scaling
+        self.edge_lin = nn.Linear(hidden_dim, hidden_dim)
+        self.source_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
+        self.target_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
+        self.norm = nn.LayerNorm(hidden_dim)
+        self.out = nn.Linear(hidden_dim, hidden_dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for module in (self.edge_lin, self.source_lin, self.target_lin, self.norm, self.out):
+            module.reset_parameters()
+
+    def forward(self, x: Tensor, edge_attr: Tensor, src: Tensor, dst: Tensor) -> Tensor:
+        node = scaling_invariant(x, self.scaling)
+        hidden = (self.edge_lin(scaling_invariant(edge_attr, self.scaling)) + self.source_lin(node)[src]
+                  + self.target_lin(node)[dst])
+        return self.out(nn.functional.silu(self.norm(hidden)))
+
+
 class ScaleMessage(nn.Module):
     r"""Message along an edge ``src -> dst``, equivariant like the receiver ``dst``.
 
@@ -65,17 +95,16 @@ class ScaleMessage(nn.Module):
         self.scaling = scaling
         self.edge_lin = nn.Linear(hidden_dim, hidden_dim, bias=False) if uses_edge else None
         self.node_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
-        self.gate = normed_mlp(3 * hidden_dim, hidden_dim)
+        self.gate = EdgeGate(hidden_dim, scaling)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.LayerNorm)):
+        for module in (self.edge_lin, self.node_lin, self.gate):
+            if module is not None:
                 module.reset_parameters()
 
     def forward(self, x: Tensor, edge_attr: Tensor, src: Tensor, dst: Tensor) -> Tensor:
-        gate = self.gate(torch.cat([scaling_invariant(edge_attr, self.scaling), scaling_invariant(x[src], self.scaling),
-                                    scaling_invariant(x[dst], self.scaling)], dim=-1))
+        gate = self.gate(x, edge_attr, src, dst)
         if self.edge_lin is None:
             return self.node_lin(x)[dst] * gate
         return self.edge_lin(edge_attr) * self.node_lin(x)[src] * gate
@@ -111,15 +140,16 @@ class ScaleGMNLayer(MetanetLayer):
         self.node_gate = normed_mlp(parts * hidden_dim, hidden_dim)
         self.io_update = normed_mlp(parts * hidden_dim, hidden_dim)
         self.edge_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
-        self.edge_gate = normed_mlp(3 * hidden_dim, hidden_dim)
+        self.edge_gate = EdgeGate(hidden_dim, scaling)
         self.node_norm = EquivariantNorm(hidden_dim, scaling)
         self.edge_norm = EquivariantNorm(hidden_dim, scaling)
         self.dropout = nn.Dropout(dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for module in self.modules():
-            if module is not self and isinstance(module, (nn.Linear, nn.LayerNorm, nn.RMSNorm)):
+        for module in (self.forward_message, self.backward_message, self.node_lin, *self.node_gate, *self.io_update,
+                       self.edge_lin, self.edge_gate, self.node_norm, self.edge_norm):
+            if module is not None and hasattr(module, "reset_parameters"):
                 module.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, hidden: Tensor,
@@ -143,8 +173,7 @@ class ScaleGMNLayer(MetanetLayer):
         gate = self.node_gate(torch.cat([scaling_invariant(p, self.scaling) for p in parts], dim=-1))
         io_term = torch.where(hidden.unsqueeze(-1), 0.0, self.io_update(v))
         x = self.node_norm(x + self.dropout(self.node_lin(v) * gate) + io_term)
-        gate = self.edge_gate(torch.cat([scaling_invariant(edge_attr, self.scaling), scaling_invariant(x[src], self.scaling),
-                                         scaling_invariant(x[dst], self.scaling)], dim=-1))
+        gate = self.edge_gate(x, edge_attr, src, dst)
         edge_attr = self.edge_norm(edge_attr + self.dropout(self.edge_lin(edge_attr) * gate))
         return x, edge_attr
 
