@@ -1,7 +1,10 @@
 """Morphology edits, the make-inrs dataset (splits, resume after SIGKILL, bad input) and InrDataset."""
+import hashlib
 import json
 import os
+import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -170,3 +173,75 @@ def test_presets_set_the_recipe_and_a_named_preset_checks_the_folder(small_datas
         MnistInrDataModule(root=str(small_dataset), source="embedded", preset="dws-released").prepare_data()
     with pytest.raises(ValueError, match="INR preset 'dws': expected one of"):
         MnistInrDataModule(root=str(tmp_path / "b"), preset="dws").prepare_data()
+
+
+def test_a_folder_without_a_manifest_is_never_written_into(small_dataset, tmp_path):
+    from neuralgraph.training.datamodule import MnistInrDataModule
+
+    root = corrupt_copy(small_dataset, tmp_path / "d")
+    os.remove(root / "manifest.json")
+    before = files_of(root)
+    with pytest.raises(DatasetError, match=r"d: holds 4 files \(test-00000.safetensors, .*\) but no manifest.json; "
+                                           r"refusing to write into it"):
+        make_inrs(root, ("train",), limit=3, settings=SMALL, progress=False)
+    with pytest.raises(DatasetError, match="but no manifest.json; refusing"):  # `fit` builds missing splits
+        MnistInrDataModule(root=str(root), source="embedded").prepare_data()
+    assert files_of(root) == before
+
+
+def test_a_shard_the_manifest_does_not_list_is_never_overwritten(small_dataset, tmp_path):
+    root = corrupt_copy(small_dataset, tmp_path / "d")
+    (root / "val-00000.safetensors").write_bytes(b"someone else's shard")
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["splits"]["train"]["shards"].pop()  # train-00001 is on disk but no longer listed
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    before = files_of(root)
+    for split, name in (("train", "train-00001"), ("val", "val-00000")):
+        with pytest.raises(DatasetError, match=rf"{name}.safetensors: not listed in .*manifest.json; refusing to "
+                                               "overwrite it"):
+            make_inrs(root, (split,), limit=3, settings=SMALL, progress=False)
+    assert files_of(root) == before  # the manifest too: nothing is written before every shard is checked
+
+
+def test_a_kill_between_recording_and_renaming_a_shard_is_finished(small_dataset, tmp_path):
+    root = corrupt_copy(small_dataset, tmp_path / "d")
+    before = files_of(root)
+    os.rename(root / "train-00001.safetensors", root / "train-00001.safetensors.tmp")
+    with pytest.raises(DatasetError, match="train-00001.safetensors: shard listed in the manifest is missing "
+                                           r"\(an interrupted make-inrs: rerun it to finish\)"):
+        InrDataset(root, "train")
+    make_inrs(root, ("train",), limit=3, settings=SMALL, progress=False)
+    assert files_of(root) == before
+
+
+def test_files_are_written_with_the_umask(tmp_path):
+    previous = os.umask(0o027)
+    try:
+        make_inrs(tmp_path / "d", ("train",), limit=1, settings=SMALL, progress=False)
+    finally:
+        os.umask(previous)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "d").iterdir()}
+    assert modes == {"manifest.json": 0o640, "train-00000.safetensors": 0o640}
+
+
+def test_a_nan_in_a_shard_with_a_valid_sha256_is_reported_with_file_and_index(small_dataset, tmp_path, capsys):
+    from safetensors.torch import load_file, save
+
+    from neuralgraph.cli import main
+
+    root = corrupt_copy(small_dataset, tmp_path / "d")
+    shard = root / "train-00001.safetensors"  # INRs 2 (and 3 with limit 4) of split train
+    tensors = load_file(str(shard))
+    tensors["layer2.weight"][0, 3, 4] = float("nan")
+    shard.write_bytes(save(tensors))
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["splits"]["train"]["shards"][1]["sha256"] = hashlib.sha256(shard.read_bytes()).hexdigest()
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    mnist_index = int(tensors["mnist_index"][0])
+    message = (f"{shard}: INR 0 of the shard (index 2 of split 'train', MNIST index {mnist_index}) has non-finite "
+               "values in layer2.weight")
+    with pytest.raises(DatasetError, match=re.escape(message)):
+        InrDataset(root, "train")
+    for command in ("inr-stats", "audit-gp"):
+        assert main([command, str(root)]) == 2
+        assert capsys.readouterr().err == f"neuralgraph {command}: error: {message}\n"

@@ -13,9 +13,12 @@ MNIST's test set. Each split is in increasing MNIST index, and ``limit`` keeps t
 ``(seed, MNIST split, MNIST index)`` and batched fitting does not couple INRs, so an INR is
 the same bitwise whatever shard, batch or run it is fitted in (on CPU).
 
-Shards are written to a temporary file and renamed; the manifest records a shard's sha256
-only after the rename. A run killed at any moment and started again skips the recorded
-shards and refits the others, which yields the same bytes as an uninterrupted run.
+A shard is written to ``<name>.tmp``, recorded in the manifest with its sha256, then renamed;
+a run killed at any moment and started again finishes a recorded rename, skips the
+recorded shards and refits the others, which yields the same bytes as an uninterrupted run.
+Nothing the manifest does not describe is ever overwritten: a folder without a manifest
+must be empty, and a shard file the manifest does not list is refused. Files are written
+with the user's umask.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from typing import Optional
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save as safetensors_bytes
 from tqdm import tqdm
 
 from neuralgraph.data.mnist import Digits, PathLike, load_digits
@@ -130,16 +133,40 @@ def check_settings(manifest: dict, expected: dict, path: Path) -> None:
             raise DatasetError(f"{path}: {key} is {found!r} in the manifest, but this run uses {value!r}")
 
 
-def _write_atomic(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    with open(tmp, "rb+") as f:
+def temporary(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
+
+
+def _write_durable(path: Path, data: bytes) -> None:
+    """``data`` into ``path``, flushed to disk (mode from the umask, as any file the user writes)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _write_manifest(root: Path, manifest: dict) -> None:
-    _write_atomic(root / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n"))
+    path = root / MANIFEST
+    _write_durable(temporary(path), (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    os.replace(temporary(path), path)
+
+
+def _refuse_unowned_files(out: Path) -> None:
+    """A folder without a manifest must be empty (but for a manifest a kill left half-written)."""
+    found = sorted(p.name for p in out.iterdir() if p.name != temporary(out / MANIFEST).name)
+    if found:
+        raise DatasetError(f"{out}: holds {len(found)} files ({', '.join(found[:3])}{', ...' * (len(found) > 3)}) "
+                           f"but no {MANIFEST}; refusing to write into it (use an empty or new folder)")
+
+
+def _verify_recorded_shard(path: Path, record: dict) -> None:
+    """A shard the manifest lists: finish its rename if a kill interrupted it, then check its sha256."""
+    if not path.exists() and temporary(path).exists() and sha256_file(temporary(path)) == record["sha256"]:
+        os.replace(temporary(path), path)
+    if not path.exists():
+        raise DatasetError(f"{path}: listed in the manifest but missing")
+    if sha256_file(path) != record["sha256"]:
+        raise DatasetError(f"{path}: sha256 differs from the manifest's; the shard is corrupt")
 
 
 def _fit_shard(digits: Digits, mnist_split: str, settings: GenerationSettings, device, bar: tqdm) -> dict:
@@ -176,6 +203,7 @@ def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[i
         manifest = read_manifest(out)
         check_settings(manifest, settings.to_dict(), manifest_path)
     else:
+        _refuse_unowned_files(out)
         manifest = {"format": FORMAT, **settings.to_dict(), "splits": {}}
     plans = {}
     for split in splits:
@@ -187,29 +215,33 @@ def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[i
             raise DatasetError(f"{manifest_path}: split {split} was made with limit {entry['limit']}, "
                                f"this run uses {limit}")
         plans[split] = digits
+    todo = []  # (split, shard path, first index): every shard is checked before anything is written
+    for split, digits in plans.items():
+        recorded = {s["file"]: s for s in manifest["splits"][split]["shards"]}
+        for k, start in enumerate(range(0, len(digits), settings.shard_size)):
+            path = out / shard_name(split, k)
+            if path.name in recorded:
+                _verify_recorded_shard(path, recorded[path.name])
+            elif path.exists():
+                raise DatasetError(f"{path}: not listed in {manifest_path}; refusing to overwrite it "
+                                   "(move it away, or use another folder)")
+            else:
+                todo.append((split, path, start))
     _write_manifest(out, manifest)
     total = sum(len(d) for d in plans.values())
     done = sum(sum(s["count"] for s in manifest["splits"][split]["shards"]) for split in plans)
     with tqdm(total=total, initial=done, unit="INR", desc=f"make-inrs {out}", disable=not progress,
               dynamic_ncols=True) as bar:
-        for split, digits in plans.items():
-            entry = manifest["splits"][split]
-            recorded = {s["file"]: s for s in entry["shards"]}
-            for k, start in enumerate(range(0, len(digits), settings.shard_size)):
-                name = shard_name(split, k)
-                path = out / name
-                if name in recorded:
-                    if not path.exists():
-                        raise DatasetError(f"{path}: listed in the manifest but missing")
-                    if sha256_file(path) != recorded[name]["sha256"]:
-                        raise DatasetError(f"{path}: sha256 differs from the manifest's; the shard is corrupt")
-                    continue
-                # an unrecorded shard (even a complete one: killed before the manifest was
-                # updated) is refitted; fitting is deterministic, so the bytes are the same
-                chunk = Digits(*(a[start:start + settings.shard_size] for a in (digits.images, digits.labels,
-                                                                                 digits.indices)))
-                tensors = _fit_shard(chunk, MNIST_SPLIT_OF[split], settings, device, bar)
-                _write_atomic(path, lambda p: save_file(tensors, str(p)))
-                entry["shards"].append({"file": name, "count": len(chunk), "sha256": sha256_file(path)})
-                _write_manifest(out, manifest)
+        for split, path, start in todo:
+            # fitted (again, after a kill: fitting is deterministic, so the bytes are the same),
+            # recorded, then renamed into place
+            digits = plans[split]
+            chunk = Digits(*(a[start:start + settings.shard_size] for a in (digits.images, digits.labels,
+                                                                             digits.indices)))
+            data = safetensors_bytes(_fit_shard(chunk, MNIST_SPLIT_OF[split], settings, device, bar))
+            _write_durable(temporary(path), data)
+            manifest["splits"][split]["shards"].append(
+                {"file": path.name, "count": len(chunk), "sha256": hashlib.sha256(data).hexdigest()})
+            _write_manifest(out, manifest)
+            os.replace(temporary(path), path)
     return manifest

@@ -11,7 +11,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 from torch_geometric.data import Batch
 
-from neuralgraph.data.generate import DatasetError, check_settings, read_manifest, sha256_file
+from neuralgraph.data.generate import DatasetError, check_settings, read_manifest, sha256_file, temporary
 from neuralgraph.graph import mlp_to_graph
 from neuralgraph.inr import SirenConvention
 from neuralgraph.morphology import EDITS
@@ -25,8 +25,9 @@ class InrDataset(Dataset):
     (3x3 dilation by default, see :mod:`neuralgraph.morphology`), ``label``, ``mnist_index``
     and ``psnr``. :meth:`batch` returns many items at once as a parameter-graph ``Batch``.
 
-    Every shard's sha256 is checked against the manifest; with ``convention`` given, a
-    dataset of another convention is refused.
+    Every shard's sha256 is checked against the manifest, and a non-finite weight or bias
+    (a diverged fit) is refused with the shard file and the INR's index; with ``convention``
+    given, a dataset of another convention is refused.
     """
 
     def __init__(self, root: str | Path, split: str = "train", convention: Optional[SirenConvention] = None,
@@ -43,7 +44,10 @@ class InrDataset(Dataset):
         self.convention = SirenConvention.from_dict(manifest["convention"])
         self.split, self.edit = split, edit
         entry = manifest["splits"][split]
-        shards = [self._load_shard(s) for s in entry["shards"]]
+        shards, offset = [], 0
+        for record in entry["shards"]:
+            shards.append(self._load_shard(record, offset))
+            offset += record["count"]
         found = sum(len(s["label"]) for s in shards)
         if found != entry["count"]:
             raise DatasetError(f"{manifest_path}: split {split} lists {entry['count']} INRs, its shards hold {found} "
@@ -60,10 +64,12 @@ class InrDataset(Dataset):
         self.images = cat("image").float() / 255
         self.targets = EDITS[edit](self.images)
 
-    def _load_shard(self, record: dict) -> dict[str, Tensor]:
+    def _load_shard(self, record: dict, offset: int) -> dict[str, Tensor]:
+        """The tensors of one shard, checked; ``offset`` is the split index of its first INR."""
         path = self.root / record["file"]
         if not path.exists():
-            raise DatasetError(f"{path}: shard listed in the manifest is missing")
+            hint = " (an interrupted make-inrs: rerun it to finish)" if temporary(path).exists() else ""
+            raise DatasetError(f"{path}: shard listed in the manifest is missing{hint}")
         if sha256_file(path) != record["sha256"]:
             raise DatasetError(f"{path}: sha256 differs from the manifest's; the shard is corrupt or was changed")
         try:
@@ -81,6 +87,13 @@ class InrDataset(Dataset):
                 raise DatasetError(f"{path}: tensor {key!r} is missing")
             if tuple(tensors[key].shape) != shape:
                 raise DatasetError(f"{path}: tensor {key!r} has shape {tuple(tensors[key].shape)}, expected {shape}")
+        for key in (k for k in expected if k.startswith("layer")):
+            bad = (~torch.isfinite(tensors[key])).flatten(1).any(1).nonzero().flatten()
+            if len(bad):
+                i = int(bad[0])
+                raise DatasetError(f"{path}: INR {i} of the shard (index {offset + i} of split {self.split!r}, MNIST "
+                                   f"index {int(tensors['mnist_index'][i])}) has non-finite values in {key}"
+                                   + (f"; {len(bad) - 1} more INRs of the shard too" if len(bad) > 1 else ""))
         return tensors
 
     def __len__(self) -> int:
