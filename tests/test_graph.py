@@ -162,7 +162,7 @@ def test_module_round_trip_gives_identical_outputs(make):
     rebuilt = graph_to_module(graph, template)
     inputs = torch.randn(10, 3)
     assert torch.equal(rebuilt(inputs), module(inputs))
-    assert "Tanh" in graph.architecture or "SiLU" in graph.architecture
+    assert "Tanh()" in graph.architecture or "SiLU()" in graph.architecture
     state = graph_to_module(module_to_graph(module.state_dict()), template.state_dict())
     assert state.keys() == module.state_dict().keys()
     assert all(torch.equal(state[k], v) for k, v in module.state_dict().items())
@@ -221,7 +221,7 @@ def test_unsupported_layer_and_bad_state_dicts_are_named():
         module_to_graph({"0.weight": torch.zeros(3, 2, 2)})
     with pytest.raises(GraphConversionError, match="groups=2"):
         module_to_graph(nn.Sequential(nn.Conv2d(2, 4, 3, groups=2)))
-    with pytest.raises(GraphConversionError, match="layer '2': 10 input features cannot be split over the 3"):
+    with pytest.raises(GraphConversionError, match=r"layer '2' \(Linear\) cannot run on inputs of shape \(2, 3\)"):
         module_to_graph(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(10, 1)))
 
 
@@ -272,3 +272,64 @@ def test_decoding_a_damaged_graph_names_the_layer():
     conv_like.edge_attr = torch.zeros(graph.num_edges, 4)
     with pytest.raises(GraphConversionError, match="4 features per edge: not an MLP graph"):
         graph_to_mlp(conv_like)
+
+
+def test_graphs_of_one_layout_share_no_index_tensor():
+    """Writing into one graph's index tensors leaves every later graph of that layout intact."""
+    weights, biases = random_mlp((2, 3, 2))
+    first = mlp_to_graph(weights, biases)
+    first.node_index[2] = 1
+    first.edge_index[0, 0] = 1
+    first.node_layer[0], first.node_type[0], first.edge_layer[0] = 3, 4, 1
+    second = mlp_to_graph(weights, biases)
+    back_w, back_b = graph_to_mlp(second)
+    assert all(torch.equal(a, b) for a, b in zip(weights + biases, back_w + back_b))
+    with pytest.raises(GraphConversionError):
+        graph_to_mlp(first)
+    batched = mlp_to_graph([w.unsqueeze(0) for w in weights], [b.unsqueeze(0) for b in biases])
+    batched.node_index[2] = 1
+    again = graph_to_mlp(mlp_to_graph([w.unsqueeze(0) for w in weights], [b.unsqueeze(0) for b in biases]))
+    assert all(torch.equal(a[0], b) for a, b in zip(sum(again, []), weights + biases))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.complex64])
+def test_non_floating_weights_are_refused(dtype):
+    w, b = random_mlp((2, 3, 1))
+    with pytest.raises(GraphConversionError, match=f"layer 1: weight dtype {dtype} is not a real floating-point type"):
+        mlp_to_graph([w[0].to(dtype), w[1].to(dtype)], [b[0].to(dtype), b[1].to(dtype)])
+
+
+def test_empty_batches_and_layers_are_refused():
+    w, b = random_mlp((2, 3, 1), batch=0)
+    with pytest.raises(GraphConversionError, match="batch size 0; there are no networks to convert"):
+        mlp_to_graph(w, b)
+    with pytest.raises(GraphConversionError, match="layer 1: weight has 0 outputs and 2 inputs; every layer needs a neuron"):
+        mlp_to_graph([torch.zeros(0, 2), torch.zeros(1, 0)], [torch.zeros(0), torch.zeros(1)])
+
+
+def add_isolated_node(graph):
+    """A second node at (layer 1, index 0) with no edges: its bias would overwrite the first's."""
+    graph.x = torch.cat([graph.x, torch.ones(1, 1)])
+    for field, value in (("node_layer", 1), ("node_index", 0), ("node_type", 2)):
+        graph[field] = torch.cat([graph[field], torch.tensor([value])])
+
+
+def test_decoding_refuses_non_finite_values_and_indices_out_of_range():
+    graph = mlp_to_graph(*random_mlp((2, 3, 2)))
+    cases = {
+        "edge_attr": (lambda g: g.edge_attr.__setitem__((7, 0), float("nan")), r"layer 2: weight \(edge_attr\) contains NaN"),
+        "x": (lambda g: g.x.__setitem__((3, 0), float("inf")), r"layer 1: bias \(x\) contains NaN or infinite"),
+        "edge_index": (lambda g: g.edge_index.__setitem__((0, 0), 99), r"edge_index holds 99, outside \[0, 7\)"),
+        "node_layer": (lambda g: g.node_layer.__setitem__(0, 5), r"node_layer holds 5, outside \[0, 3\)"),
+        "node_index": (lambda g: g.node_index.__setitem__(2, 3), "node 2: node_index 3 is outside layer 1's 3 neurons"),
+        "duplicate": (lambda g: g.node_index.__setitem__(2, 1), "layer 1: some weights have duplicate or missing edges"),
+        "extra node": (add_isolated_node, r"graph has 8 nodes for 1 x 7 neurons .* or two nodes share a"),
+    }
+    for field, (damage, message) in cases.items():
+        damaged = graph.clone()
+        damage(damaged)
+        with pytest.raises(GraphConversionError, match=message):
+            graph_to_mlp(damaged)
+    assert torch.isfinite(graph.x).all()  # clones were damaged, not the graph
+    graph.x[0, 0] = float("nan")  # input neurons carry no bias: their x is never read
+    graph_to_mlp(graph)

@@ -64,7 +64,11 @@ class ParameterGraph(Data):
 
 @lru_cache(maxsize=64)
 def _structure(layout: Layout) -> dict[str, Tensor]:
-    """Index tensors shared by every graph of ``layout`` (cached, CPU)."""
+    """Index tensors of every graph of ``layout`` (cached, CPU).
+
+    Never handed out as they are: a graph gets its own copy (or a tensor computed from
+    these), so writing into one graph's ``node_index`` cannot change later graphs.
+    """
     sizes = torch.tensor(layout)
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
     num_layers = len(layout) - 1
@@ -104,12 +108,18 @@ def _check_blocks(weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]])
         raise GraphConversionError("no layers given: expected at least one weight matrix")
     if len(biases) != len(weights):
         raise GraphConversionError(f"got {len(weights)} weight tensors but {len(biases)} bias tensors")
+    for l, (w, b) in enumerate(zip(weights, biases), start=1):
+        for name, t in (("weight", w), ("bias", b)):
+            if t is not None and not isinstance(t, Tensor):
+                raise GraphConversionError(f"layer {l}: {name} is {type(t).__name__}, expected a tensor")
     batched = weights[0].dim() == 4
     batch_size = weights[0].shape[0] if batched else None
+    if batch_size == 0:
+        raise GraphConversionError("layer 1: weight has batch size 0; there are no networks to convert")
     layout = [weights[0].shape[-2]]
     for l, (w, b) in enumerate(zip(weights, biases), start=1):
-        if not isinstance(w, Tensor):
-            raise GraphConversionError(f"layer {l}: weight is {type(w).__name__}, expected a tensor")
+        if not w.is_floating_point():
+            raise GraphConversionError(f"layer {l}: weight dtype {w.dtype} is not a real floating-point type")
         if w.dim() != (4 if batched else 3):
             raise GraphConversionError(
                 f"layer {l}: weight has {w.dim() - 1} dims, expected {'[B, d_out, d_in]' if batched else '[d_out, d_in]'}"
@@ -118,6 +128,8 @@ def _check_blocks(weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]])
         if batched and w.shape[0] != batch_size:
             raise GraphConversionError(f"layer {l}: batch size {w.shape[0]} differs from layer 1's {batch_size}")
         d_out, d_in = w.shape[-3], w.shape[-2]
+        if d_out == 0 or d_in == 0:
+            raise GraphConversionError(f"layer {l}: weight has {d_out} outputs and {d_in} inputs; every layer needs a neuron")
         if d_in != layout[-1]:
             raise GraphConversionError(
                 f"layer {l}: weight expects {d_in} inputs but layer {l - 1} has {layout[-1]} outputs"
@@ -158,8 +170,9 @@ def blocks_to_graph(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> Grap
         [torch.nn.functional.pad(w, (0, width - w.shape[-1])).reshape(B, -1, width) for w in weights], dim=1
     ).reshape(-1, width)
     x = torch.cat([ref.new_zeros(B, layout[0])] + list(biases), dim=1).reshape(-1, 1)
-    struct = {k: v.to(ref.device) for k, v in _structure(layout).items()}
+    struct = _structure(layout)
     if single:
+        struct = {k: v.to(ref.device, copy=True) for k, v in struct.items()}
         return ParameterGraph(x=x, edge_attr=edge_attr, layout=layout, **struct)
     return _batch_of_one_layout(x, edge_attr, struct, layout, B)
 
@@ -172,6 +185,7 @@ def _batch_of_one_layout(x: Tensor, edge_attr: Tensor, struct: dict[str, Tensor]
     """
     device = x.device
     N, E = len(struct["node_layer"]), struct["edge_index"].shape[1]
+    struct = {k: v.to(device) for k, v in struct.items()}  # read only: every field below is a new tensor
     graph_ids = torch.arange(B, device=device)
     edge_index = (struct["edge_index"].unsqueeze(1) + (graph_ids * N).view(1, B, 1)).reshape(2, -1)
     batch = Batch(
@@ -256,6 +270,7 @@ def graph_to_blocks(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
     weight_offset = torch.cat([sizes.new_zeros(1), (fan_in * fan_out).cumsum(0)[:-1]])
     node_offset = torch.cat([sizes.new_zeros(1), sizes.cumsum(0)[:-1]])
     P, N = sum(weight_sizes), int(sizes.sum())
+    _check_indices(graph, sizes)
     node_graph = graph.batch if isinstance(graph, Batch) else torch.zeros(graph.num_nodes, dtype=torch.long, device=device)
     src, dst = graph.edge_index
     layer = graph.edge_layer
@@ -274,6 +289,13 @@ def graph_to_blocks(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
     flat[slot] = graph.edge_attr
     flat = flat.view(B, P, -1)
     node_slot = node_graph * N + node_offset[graph.node_layer] + graph.node_index
+    node_hit = torch.zeros(B * N, dtype=torch.bool, device=device)
+    node_hit[node_slot] = True
+    if graph.num_nodes != B * N or not bool(node_hit.all()):
+        raise GraphConversionError(
+            f"graph has {graph.num_nodes} nodes for {B} x {N} neurons of layout {layout}, or two nodes share a "
+            "(node_layer, node_index) position"
+        )
     node_values = graph.x.new_empty(B * N)
     node_values[node_slot] = graph.x[:, 0]
     node_values = node_values.view(B, N)
@@ -283,6 +305,32 @@ def graph_to_blocks(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
     ]
     biases = list(node_values[:, layout[0]:].split(layout[1:], dim=1))
     return weights, biases
+
+
+def _check_indices(graph: Graph, sizes: Tensor) -> None:
+    """``node_layer``, ``node_index`` and ``edge_index`` inside the ranges of the layout ``sizes``."""
+    N, num_layers = graph.num_nodes, len(sizes)
+    for name, index, size in (("edge_index", graph.edge_index, N), ("node_layer", graph.node_layer, num_layers)):
+        bad = (index < 0) | (index >= size)
+        if bool(bad.any()):
+            raise GraphConversionError(f"{name} holds {int(index[bad][0])}, outside [0, {size})")
+    bad = (graph.node_index < 0) | (graph.node_index >= sizes[graph.node_layer])
+    if bool(bad.any()):
+        node = int(bad.nonzero()[0])
+        l = int(graph.node_layer[node])
+        raise GraphConversionError(
+            f"node {node}: node_index {int(graph.node_index[node])} is outside layer {l}'s {int(sizes[l])} neurons"
+        )
+
+
+def _check_finite(graph: Graph) -> None:
+    """Refuse NaN or infinite weights (``edge_attr``) and biases (``x`` of non-input nodes), as
+    ``mlp_to_graph`` does."""
+    for name, values, layer in (("edge_attr", graph.edge_attr, graph.edge_layer + 1), ("x", graph.x, graph.node_layer)):
+        bad = ~torch.isfinite(values).flatten(1).all(1) & (layer > 0)
+        if bool(bad.any()):
+            kind = "weight" if name == "edge_attr" else "bias"
+            raise GraphConversionError(f"layer {int(layer[bad][0])}: {kind} ({name}) contains NaN or infinite values")
 
 
 def _raise_edge_count_error(graph: Graph, layout: Layout, B: int) -> None:
@@ -306,13 +354,15 @@ def graph_to_mlp(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
     Returns per-layer weights ``[d_out, d_in]`` and biases ``[d_out]`` for a ``Data``, or
     ``[B, d_out, d_in]`` and ``[B, d_out]`` for a ``Batch`` of one layout. Input neurons
     carry no bias and are skipped: the bias of layer ``l`` is read from the nodes of layer
-    ``l``, never from node 0.
+    ``l``, never from node 0. NaN or infinite values, indices outside the layout and missing or
+    duplicate neurons or weights raise :class:`GraphConversionError`.
     """
     if graph.edge_attr.dim() != 2 or graph.edge_attr.shape[1] != 1:
         raise GraphConversionError(
             f"edge_attr has {graph.edge_attr.shape[-1]} features per edge: not an MLP graph "
             "(use graph_to_module with a template for convolutional graphs)"
         )
+    _check_finite(graph)
     weights, biases = graph_to_blocks(graph)
     weights = [w.squeeze(-1) for w in weights]
     if not isinstance(graph, Batch):

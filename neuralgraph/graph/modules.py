@@ -13,47 +13,78 @@ Shipped converters:
   ``[C, H, W]`` feature map, ``f = H * W`` and each channel->neuron edge carries the ``H*W``
   weights that read that channel (PyTorch flattens channel-major). Global pooling before
   ``Flatten`` gives ``f = 1``.
-* ``nn.Conv2d`` (``groups=1``): ``f = kh * kw``, the kernel flattened row-major.
+* ``nn.Conv2d`` (``groups=1``): ``f = kh * kw``, the kernel flattened row-major. Stride,
+  padding, dilation and padding mode are recorded in ``graph.architecture``.
 
-Parameter-free layers (activations, pooling, flatten, dropout) become metadata, not edges.
-Leaves are visited in ``named_modules`` order, which is the execution order of an
-``nn.Sequential``; a module whose forward runs its children in another order must be
-converted layer by layer with :func:`blocks_to_graph`.
+**Data flow.** A module is read through its real data flow: ``torch.fx`` traces ``forward``
+(layers with a converter stay single calls) and the traced graph is run once on a probe input
+on the ``meta`` device, which gives every node's shape without computing anything. The walk
+then follows the chain from the input to the output: every node that carries data must read
+exactly the previous one, and each is either claimed by a converter (a parametric layer,
+which becomes edges) or parameter-free (an activation, pooling, flatten, dropout, a scaling),
+which becomes an entry of ``graph.architecture``. Everything else raises
+:class:`~neuralgraph.graph.core.GraphConversionError` naming the node, until a converter
+handles it: a residual add or other merge, a branch, a shape chain that does not run, a layer
+called twice, a parameter read outside a converted layer. The node lookup is in one place
+(``_Walk.claim``), where converters for more node kinds plug in. After conversion,
+:func:`module_to_graph` checks on the probe input that the module rebuilt from the graph
+computes exactly what the module computes.
+
+A state dict has no data flow: its ``<layer>.weight`` keys are taken in order (2-D: Linear,
+4-D: Conv2d), and consecutive 2-D weights must chain exactly.
 
 To plug in another layer type::
 
     @register_converter(MyLayer)
     class MyLayerConverter(LayerConverter):
         def to_block(self, weight, bias, in_neurons): ...   # -> [d_out, d_in, f]
-        def from_block(self, block, bias, like): ...         # -> (weight, bias)
+        def from_block(self, block, like): ...         # -> weight of shape like.shape
+        def input_shapes(self, module): ...            # probe shapes when it reads the input
 """
 from __future__ import annotations
 
+import abc
 import copy
+import itertools
 from collections import OrderedDict
-from typing import Mapping, Optional, Union
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional, Union
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor, fx, nn
 
 from neuralgraph.graph.core import Graph, GraphConversionError, blocks_to_graph, common_layout, graph_to_blocks
+from neuralgraph.graph.core import _check_finite
 
 StateDict = Mapping[str, Tensor]
+PROBE_BATCH = 2
+PROBE_SIZES = range(1, 129)  # square image sizes tried for a network that starts with a convolution
 
 
-class LayerConverter:
+class LayerConverter(abc.ABC):
     """Maps one layer's ``(weight, bias)`` to an edge block and back. Subclass and register."""
 
     def parameters(self, module: nn.Module) -> tuple[Tensor, Optional[Tensor]]:
         return module.weight, getattr(module, "bias", None)
 
+    @abc.abstractmethod
     def to_block(self, weight: Tensor, bias: Optional[Tensor], in_neurons: Optional[int]) -> Tensor:
         """Edge features ``[d_out, d_in, f]``; ``in_neurons`` is the previous layer's width."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def from_block(self, block: Tensor, like: Tensor) -> Tensor:
         """The weight of shape ``like.shape`` from its ``[d_out, d_in, f]`` edge features."""
-        raise NotImplementedError
+
+    def input_shapes(self, module: nn.Module) -> Iterable[tuple[int, ...]]:
+        """Shapes of one input sample to try when this layer reads the network's input.
+
+        None by default: such a network then needs ``example_input``.
+        """
+        return ()
+
+    def describe(self, module: nn.Module) -> str:
+        """The layer's entry in ``graph.architecture``: its type and every setting its weights do not carry."""
+        return f"{type(module).__name__}({module.extra_repr()})"
 
 
 _CONVERTERS: dict[type, LayerConverter] = {}
@@ -90,6 +121,9 @@ class LinearConverter(LayerConverter):
     def from_block(self, block, like):
         return block.reshape(like.shape)
 
+    def input_shapes(self, module):
+        return [(module.in_features,)]
+
 
 @register_converter(nn.Conv2d)
 class Conv2dConverter(LayerConverter):
@@ -107,27 +141,202 @@ class Conv2dConverter(LayerConverter):
     def from_block(self, block, like):
         return block.reshape(like.shape)
 
+    def input_shapes(self, module):
+        return ((module.in_channels, size, size) for size in PROBE_SIZES)
 
-def _parametric_leaves(module: nn.Module) -> tuple[list[tuple[str, nn.Module, LayerConverter]], tuple[str, ...]]:
-    """Parametric layers with their converters, and the architecture as metadata."""
-    layers, architecture = [], []
-    for name, m in module.named_modules():
-        own_params = list(m.parameters(recurse=False))
-        is_leaf = next(m.children(), None) is None
-        if not is_leaf and not own_params:
-            continue
-        converter = converter_for(m)
-        if own_params and (converter is None or not is_leaf):
+    def describe(self, module):
+        return (
+            f"Conv2d({module.in_channels}, {module.out_channels}, kernel_size={module.kernel_size}, "
+            f"stride={module.stride}, padding={module.padding}, dilation={module.dilation}, "
+            f"padding_mode={module.padding_mode!r}, bias={module.bias is not None})"
+        )
+
+
+class _Tracer(fx.Tracer):
+    """Keeps every layer with a converter as one ``call_module`` node (``torch.nn`` layers are leaves anyway)."""
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return converter_for(m) is not None or super().is_leaf_module(m, qualname)
+
+
+class _NodeFailure(Exception):
+    def __init__(self, node: fx.Node, error: Exception, input_shapes: list[tuple[int, ...]]):
+        super().__init__(str(error))
+        self.node, self.error, self.input_shapes = node, error, input_shapes
+
+
+class _Recorder(fx.Interpreter):
+    """Runs a traced module, keeping every node's value; a failure names its node."""
+
+    def __init__(self, module: fx.GraphModule):
+        super().__init__(module)
+        self.values: dict[fx.Node, object] = {}
+
+    def run_node(self, node: fx.Node):
+        try:
+            value = super().run_node(node)
+        except Exception as err:  # any failure of user code: reported with the node it happened in
+            shapes = [tuple(self.env[i].shape) for i in node.all_input_nodes if isinstance(self.env.get(i), Tensor)]
+            raise _NodeFailure(node, err, shapes) from err
+        self.values[node] = value
+        return value
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """What the walk found: parametric layers (qualified names) in data-flow order, the
+    architecture entries of every step, and the shape and dtype of the probe input."""
+
+    layers: tuple[tuple[str, LayerConverter], ...]
+    architecture: tuple[str, ...]
+    probe_shape: tuple[int, ...]
+    probe_dtype: torch.dtype
+
+
+class _Name:
+    """An fx node shown by name in an architecture entry (the chain's own value as ``x``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class _Walk:
+    """Follows the data flow of ``module`` from its input to its output (see the module docstring)."""
+
+    def __init__(self, module: nn.Module, example_input: Optional[Tensor]):
+        self.module = module
+        try:
+            graph = _Tracer().trace(module)
+        except Exception as err:  # fx raises TraceError, TypeError, NotImplementedError, ...
+            raise GraphConversionError(f"{type(module).__name__}: torch.fx cannot trace forward ({err})") from err
+        # a meta copy: the probe run allocates no data and leaves the module's own state untouched
+        self.gm = copy.deepcopy(fx.GraphModule(module, graph)).to("meta").eval()
+        self.values = self._probe(example_input)
+
+    def label(self, node: fx.Node) -> str:
+        if node.op == "call_module":
+            return f"layer {node.target!r} ({type(self.gm.get_submodule(node.target)).__name__})"
+        return f"node {node.name!r}"
+
+    def claim(self, node: fx.Node) -> Optional[LayerConverter]:
+        """The converter that turns ``node`` into graph edges, or None for a parameter-free step."""
+        if node.op == "call_module":
+            return converter_for(self.gm.get_submodule(node.target))
+        return None
+
+    def _probe(self, example_input: Optional[Tensor]) -> dict[fx.Node, object]:
+        """Every node's value on the probe input (meta tensors): the first shape that runs through."""
+        if example_input is not None:
+            if not isinstance(example_input, Tensor):
+                raise GraphConversionError(f"example_input is {type(example_input).__name__}, expected a tensor")
+            candidates = [example_input.to("meta")]
+        else:
+            first = next((n for n in self.gm.graph.nodes if self.claim(n) is not None), None)
+            if first is None:
+                raise GraphConversionError(f"{type(self.module).__name__} has no parametric layers to convert")
+            layer = self.gm.get_submodule(first.target)
+            shapes = iter(self.claim(first).input_shapes(layer))
+            dtype = self.claim(first).parameters(layer)[0].dtype
+            candidates = (torch.empty(PROBE_BATCH, *shape, device="meta", dtype=dtype) for shape in shapes)
+        order = {node: i for i, node in enumerate(self.gm.graph.nodes)}
+        furthest: Optional[_NodeFailure] = None
+        for candidate in candidates:
+            recorder = _Recorder(self.gm)
+            try:
+                with torch.no_grad():
+                    recorder.run(candidate)
+            except _NodeFailure as failure:
+                if furthest is None or order[failure.node] > order[furthest.node]:
+                    furthest = failure
+                continue
+            self.probe_shape, self.probe_dtype = tuple(candidate.shape), candidate.dtype
+            return recorder.values
+        if furthest is None:
             raise GraphConversionError(
-                f"layer {name or '<root>'!r} ({type(m).__name__}) has parameters but no converter; "
-                f"register one with @register_converter({type(m).__name__})"
+                f"{self.label(first)} gives no probe input shape; pass example_input to convert this module"
             )
-        if converter is not None:
-            layers.append((name, m, converter))
-        architecture.append(type(m).__name__)
-    if not layers:
-        raise GraphConversionError(f"{type(module).__name__} has no parametric layers to convert")
-    return layers, tuple(architecture)
+        shapes = ", ".join(str(shape) for shape in furthest.input_shapes)
+        raise GraphConversionError(
+            f"{self.label(furthest.node)} cannot run on inputs of shape {shapes} (probe): {furthest.error}"
+        )
+
+    def chain(self) -> _Chain:
+        layers, architecture, current = [], [], None
+        data: dict[fx.Node, bool] = {}
+        for node in self.gm.graph.nodes:
+            if node.op == "output":
+                if node.args[0] is not current:
+                    raise GraphConversionError(
+                        f"{type(self.module).__name__}.forward returns {node.args[0]!r}, not the single tensor "
+                        "at the end of its chain of layers"
+                    )
+                break
+            value = self.values.get(node)
+            inputs = [i for i in node.all_input_nodes if data[i]]
+            data[node] = isinstance(value, Tensor) and (node.op == "placeholder" and current is None or bool(inputs))
+            if not data[node]:
+                continue
+            if node.op != "placeholder":
+                if inputs != [current]:
+                    names = ", ".join(repr(i.name) for i in inputs)
+                    raise GraphConversionError(
+                        f"{self.label(node)} combines {names}: a residual connection or merge, which no converter handles yet"
+                    )
+                converter = self.claim(node)
+                if converter is not None:
+                    if any(name == node.target for name, _ in layers):
+                        raise GraphConversionError(f"{self.label(node)} is called more than once (shared weights)")
+                    layers.append((node.target, converter))
+                    architecture.append(converter.describe(self.gm.get_submodule(node.target)))
+                else:
+                    architecture.append(self._step(node, current))
+            users = [u for u in node.users if u.op != "output" and isinstance(self.values.get(u), Tensor)]
+            if len(users) > 1:
+                names = ", ".join(repr(u.name) for u in users)
+                raise GraphConversionError(
+                    f"{self.label(node)} feeds {len(users)} nodes ({names}): a branch or skip connection, "
+                    "which no converter handles yet"
+                )
+            current = node
+        if not layers:
+            raise GraphConversionError(f"{type(self.module).__name__} has no parametric layers to convert")
+        held = {name for name, _ in layers}
+        for name, _ in self.module.named_parameters():
+            owner = name.rpartition(".")[0]
+            if not any(owner == layer or owner.startswith(layer + ".") for layer in held):
+                sub = self.module.get_submodule(owner)
+                cls = type(sub).__name__
+                if converter_for(sub) is not None:
+                    raise GraphConversionError(f"layer {owner!r} ({cls}) is not called as a layer by forward (unused, or its weights are read "
+                        "directly); its weights would be lost")
+                raise GraphConversionError(
+                    f"parameter {name!r} ({cls}) is read outside a converted layer or never used by forward; "
+                    f"register a converter for {cls} with @register_converter({cls})"
+                )
+        return _Chain(tuple(layers), tuple(architecture), self.probe_shape, self.probe_dtype)
+
+    def _step(self, node: fx.Node, current: fx.Node) -> str:
+        """Architecture entry of a parameter-free step; a leaf module with parameters has no converter."""
+        if node.op == "call_module":
+            sub = self.gm.get_submodule(node.target)
+            if next(sub.parameters(), None) is not None:
+                cls = type(sub).__name__
+                raise GraphConversionError(
+                    f"layer {node.target!r} ({cls}) has parameters but no converter; "
+                    f"register one with @register_converter({cls})"
+                )
+            return f"{type(sub).__name__}({sub.extra_repr()})"
+        args = fx.node.map_arg((node.args, node.kwargs), lambda n: _Name("x" if n is current else n.name))
+        shown = [repr(a) for a in args[0]] + [f"{k}={v!r}" for k, v in args[1].items()]
+        name = node.target if node.op == "call_method" else getattr(node.target, "__name__", str(node.target))
+        return f"{name}({', '.join(shown)})"
+
+
+def _module_layers(module: nn.Module, chain: _Chain) -> list[tuple[str, Tensor, Optional[Tensor], LayerConverter]]:
+    return [(name, *conv.parameters(module.get_submodule(name)), conv) for name, conv in chain.layers]
 
 
 def _state_dict_layers(state_dict: StateDict) -> list[tuple[str, Tensor, Optional[Tensor], LayerConverter]]:
@@ -140,7 +349,7 @@ def _state_dict_layers(state_dict: StateDict) -> list[tuple[str, Tensor, Optiona
         if not isinstance(value, Tensor):
             raise GraphConversionError(f"state dict key {key!r} holds {type(value).__name__}, not a tensor")
         groups.setdefault(prefix, {})[leaf] = value
-    layers = []
+    layers, previous = [], None
     for prefix, params in groups.items():
         if "weight" not in params:
             raise GraphConversionError(f"state dict has {prefix}.bias but no {prefix}.weight")
@@ -150,7 +359,13 @@ def _state_dict_layers(state_dict: StateDict) -> list[tuple[str, Tensor, Optiona
             raise GraphConversionError(
                 f"state dict key '{prefix}.weight' has shape {tuple(weight.shape)}: expected 2-D (Linear) or 4-D (Conv2d)"
             )
+        if weight.dim() == 2 and previous is not None and previous[1].dim() == 2 and weight.shape[1] != previous[1].shape[0]:
+            raise GraphConversionError(
+                f"state dict key '{prefix}.weight' reads {weight.shape[1]} features but '{previous[0]}.weight' gives "
+                f"{previous[1].shape[0]}: keys must follow the data flow"
+            )
         layers.append((prefix, weight, params.get("bias"), _CONVERTERS[kinds[weight.dim()]]))
+        previous = (prefix, weight)
     if not layers:
         raise GraphConversionError("state dict is empty")
     return layers
@@ -172,46 +387,72 @@ def _to_graph(layers) -> Graph:
     return blocks_to_graph(blocks, biases)
 
 
-def module_to_graph(source: Union[nn.Module, StateDict]) -> Graph:
-    """Parameter graph of an ``nn.Sequential``-style module or of its state dict.
+def module_to_graph(source: Union[nn.Module, StateDict], example_input: Optional[Tensor] = None) -> Graph:
+    """Parameter graph of a module (read through its ``torch.fx`` data flow) or of its state dict.
 
-    Layers without a bias get bias 0 on their nodes. The module's architecture (class names of
-    its leaves, activations included) is kept as ``graph.architecture``.
+    Layers without a bias get bias 0 on their nodes. Every step of the module's chain (layers
+    with their settings, activations, pooling, ...) is kept as ``graph.architecture``.
+    ``example_input`` (a batch) is the probe input; by default it is built from the first
+    layer (``[2, in_features]``, or the smallest square image that runs through the network).
+    The module rebuilt from the graph must compute exactly the module's output on it.
     """
     if isinstance(source, nn.Module):
-        leaves, architecture = _parametric_leaves(source)
-        layers = [(name, *conv.parameters(m), conv) for name, m, conv in leaves]
-    elif isinstance(source, Mapping):
-        layers, architecture = _state_dict_layers(source), None
-    else:
-        raise GraphConversionError(f"expected an nn.Module or a state dict, got {type(source).__name__}")
-    graph = _to_graph(layers)
-    if architecture is not None:
-        graph.architecture = architecture
-    return graph
+        chain = _Walk(source, example_input).chain()
+        graph = _to_graph(_module_layers(source, chain))
+        graph.architecture = chain.architecture
+        _check_rebuilt(graph, source, chain, example_input)
+        return graph
+    if isinstance(source, Mapping):
+        return _to_graph(_state_dict_layers(source))
+    raise GraphConversionError(f"expected an nn.Module or a state dict, got {type(source).__name__}")
 
 
-def graph_to_module(graph: Graph, template: Union[nn.Module, StateDict]) -> Union[nn.Module, StateDict]:
+def _check_rebuilt(graph: Graph, module: nn.Module, chain: _Chain, example_input: Optional[Tensor]) -> None:
+    """``graph_to_module(graph, module)`` computes what ``module`` computes, on the probe input (eval mode)."""
+    weight = _module_layers(module, chain)[0][1]
+    if example_input is None:
+        generator = torch.Generator().manual_seed(0)
+        example_input = torch.randn(chain.probe_shape, generator=generator, dtype=chain.probe_dtype).to(weight.device)
+    with torch.no_grad():
+        expected = copy.deepcopy(module).eval()(example_input)
+        rebuilt = _load(graph, copy.deepcopy(module), _module_layers, chain).eval()(example_input)
+    if not torch.equal(rebuilt, expected):
+        raise GraphConversionError(
+            f"{type(module).__name__}: the module rebuilt from its graph computes another output on a probe input "
+            f"(max abs difference {float((rebuilt - expected).abs().max()):.3g}); its forward uses its layers in "
+            "a way the graph does not record"
+        )
+
+
+def graph_to_module(graph: Graph, template: Union[nn.Module, StateDict],
+                    example_input: Optional[Tensor] = None) -> Union[nn.Module, StateDict]:
     """Exact inverse of :func:`module_to_graph`: a copy of ``template`` holding the graph's parameters.
 
     ``template`` fixes the layer types and shapes (a module, or a state dict, returned as a new
-    state dict with the same keys). Features beyond a layer's own edge width must be zero.
+    state dict with the same keys). Features beyond a layer's own edge width must be zero. A
+    graph that records an architecture (from :func:`module_to_graph`) is refused by a module
+    template whose traced architecture differs, e.g. in a convolution's stride or padding.
+    ``example_input`` as in :func:`module_to_graph`, for tracing the template.
     """
     if getattr(graph, "num_graphs", 1) != 1:
         raise GraphConversionError("graph_to_module takes a single graph; index the batch first")
     if isinstance(template, nn.Module):
-        result = copy.deepcopy(template)
-        leaves, _ = _parametric_leaves(result)
-        layers = [(name, *conv.parameters(m), conv) for name, m, conv in leaves]
-    elif isinstance(template, Mapping):
-        layers = _state_dict_layers(template)
-        result = OrderedDict(template)
-    else:
-        raise GraphConversionError(f"template must be an nn.Module or a state dict, got {type(template).__name__}")
+        chain = _Walk(template, example_input).chain()
+        return _load(graph, copy.deepcopy(template), _module_layers, chain)
+    if isinstance(template, Mapping):
+        return _load(graph, OrderedDict(template), lambda state, _: _state_dict_layers(state), None)
+    raise GraphConversionError(f"template must be an nn.Module or a state dict, got {type(template).__name__}")
+
+
+def _load(graph: Graph, result, read_layers, chain: Optional[_Chain]):
+    """Write the graph's parameters into ``result`` (a module copy or a state dict) and return it."""
+    layers = read_layers(result, chain)
     layout = common_layout(graph)
     if len(layout) - 1 != len(layers):
         raise GraphConversionError(f"graph has {len(layout) - 1} layers but the template has {len(layers)}")
+    _check_finite(graph)
     blocks, biases = graph_to_blocks(graph)
+    updates = []
     for l, ((name, weight, bias, conv), block, b) in enumerate(zip(layers, blocks, biases), start=1):
         block, b = block[0], b[0]
         expected = conv.to_block(weight.detach(), bias, layout[l - 1] if l > 1 else None).shape
@@ -222,9 +463,20 @@ def graph_to_module(graph: Graph, template: Union[nn.Module, StateDict]) -> Unio
         width = expected[2]
         if bool((block[..., width:] != 0).any()):
             raise GraphConversionError(f"layer {name!r}: edge features beyond its {width} weights are nonzero")
-        new_weight = conv.from_block(block[..., :width].contiguous(), weight).to(weight.dtype)
         if bias is None and bool((b != 0).any()):
             raise GraphConversionError(f"layer {name!r}: template has no bias but the graph's biases are nonzero")
+        updates.append((name, weight, bias, conv.from_block(block[..., :width].contiguous(), weight).to(weight.dtype), b))
+    recorded = getattr(graph, "architecture", None)
+    if chain is not None and recorded is not None and tuple(recorded) != chain.architecture:
+        step, (found, wanted) = next(
+            (i, pair) for i, pair in enumerate(itertools.zip_longest(recorded, chain.architecture, fillvalue="<end>"), 1)
+            if pair[0] != pair[1]
+        )
+        raise GraphConversionError(
+            f"the template's architecture differs from the graph's at step {step}: graph {found!r}, "
+            f"template {wanted!r} (delete graph.architecture to load the weights regardless)"
+        )
+    for name, weight, bias, new_weight, b in updates:
         if isinstance(result, nn.Module):
             with torch.no_grad():
                 weight.copy_(new_weight)
