@@ -4,7 +4,8 @@ The INR comes from a safetensors file (``--inr``: keys ``weight.<l>`` ``[d_out, 
 ``bias.<l>`` ``[d_out]`` for l = 1..L, as ``--export`` writes them) or from the checkpoint's
 dataset (``--index``, in ``--split``). The PNG shows the input, the target when known, the OCE
 average and each member. With ``k > 1`` the export is ONE network that computes the average
-of the k members exactly (:func:`neuralgraph.nn.merge_ensemble`).
+of the k members exactly (:func:`neuralgraph.nn.merge_ensemble`); ``--inr`` reads it like any
+INR: any width and depth the editor's metanetwork reads, or an error saying why not.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def load_inr(path: Path) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from neuralgraph.inr import render
+    from neuralgraph.inr import render, siren_layout
     from neuralgraph.nn import merge_ensemble
     from neuralgraph.training.tasks import InrEditing
     from neuralgraph.training.visualize import save_editing_grid
@@ -70,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
     target = None
     if args.inr is not None:
         weights, biases = load_inr(args.inr)
+        try:
+            siren_layout(weights, biases)
+        except ValueError as err:
+            raise ValueError(f"--inr {args.inr}: {err}") from None
     else:
         from neuralgraph.data.inr_dataset import InrDataset
 
@@ -84,7 +89,11 @@ def run(args: argparse.Namespace) -> int:
 
     graph = mlp_to_graph([w.unsqueeze(0) for w in weights], [b.unsqueeze(0) for b in biases])
     with torch.no_grad():
-        out_w, out_b = task.edited_networks(graph)
+        try:  # any width and depth the metanetwork reads; otherwise its own error says why not
+            out_w, out_b = task.edited_networks(graph)
+        except ValueError as err:
+            raise ValueError(f"the {task.hparams.metanet!r} editor of {args.ckpt} cannot read an INR of layout "
+                             f"{siren_layout(weights, biases)}: {err}") from None
         members = render([w[0] for w in out_w], [b[0] for b in out_b], args.resolution)  # [k, H, W]
         merged_w, merged_b = merge_ensemble(out_w, out_b)
         merged_w, merged_b = [w[0] for w in merged_w], [b[0] for b in merged_b]
