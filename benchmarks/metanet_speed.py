@@ -29,7 +29,7 @@ PAPER_CONFIGS = {"gmn": {"hidden_dim": 128, "num_layers": 10}, "dws": {"hidden_d
 
 def dense_gmn_layer(layer: GMNLayer, node: Tensor, edge: Tensor, adjacency: Tensor) -> tuple[Tensor, Tensor]:
     """``layer`` on dense tensors: node ``[B, N, d]``, edge ``[B, N, N, d]`` (row = target i, column = source j)."""
-    update = layer.edge_update
+    update = layer.edge_mlp
     hidden = update.edge_lin(edge) + update.source_lin(node)[:, None, :, :] + update.target_lin(node)[:, :, None, :]
     edge = update.residual(edge, update.out_lin(nn.functional.silu(hidden))) * adjacency
     in_degree = adjacency.sum(2).clamp(min=1)  # [B, N, 1]
@@ -38,7 +38,7 @@ def dense_gmn_layer(layer: GMNLayer, node: Tensor, edge: Tensor, adjacency: Tens
     backward_msg = nn.functional.silu(layer.backward_node(node)[:, :, None, :] + layer.backward_edge(edge)) * adjacency
     forward_agg = forward_msg.sum(2) / in_degree
     backward_agg = backward_msg.sum(1) / out_degree
-    hidden = nn.functional.silu(layer.update(torch.cat([node, forward_agg, backward_agg], dim=-1)))
+    hidden = nn.functional.silu(layer.node_lin(torch.cat([node, forward_agg, backward_agg], dim=-1)))
     return layer.residual(node, layer.out(hidden)), edge
 
 

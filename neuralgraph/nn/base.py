@@ -18,6 +18,7 @@ import abc
 from typing import Any, ClassVar, Optional
 
 from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
 
 from neuralgraph.graph.core import Graph
 from neuralgraph.nn.encoder import MAX_LAYERS, MAX_NODE_TYPES, GraphContext, GraphEncoder
@@ -173,7 +174,7 @@ class ResidualNorm(nn.Module):
         return self.norm(h + self.dropout(delta))
 
 
-class EdgeUpdate(nn.Module):
+class EdgeUpdate(MessagePassing):
     r"""Edge update from the edge and both endpoints (and, optionally, the opposite edge).
 
     .. math::
@@ -182,11 +183,20 @@ class EdgeUpdate(nn.Module):
 
     for the edge ``j -> i``. The concatenation ``[e_ij, x_j, x_i]`` goes through one linear map,
     computed as a sum of per-part maps so that node terms are projected once per node, not
-    once per edge.
+    once per edge. A PyG ``edge_updater``.
+
+    Args:
+        hidden_dim: width of node and edge features.
+        dropout: dropout probability on the update.
+        with_reverse: read the opposite edge :math:`e_{ji}` (``reverse`` must then be given).
+
+    Shapes:
+        ``x`` ``[N, d]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, d]``, ``reverse`` ``[E]``
+        -> ``[E, d]``.
     """
 
     def __init__(self, hidden_dim: int, dropout: float = 0.0, with_reverse: bool = False):
-        super().__init__()
+        super().__init__(aggr=None)
         self.with_reverse = with_reverse
         self.edge_lin = nn.Linear(hidden_dim, hidden_dim)
         self.source_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
@@ -202,15 +212,19 @@ class EdgeUpdate(nn.Module):
                 lin.reset_parameters()
         self.residual.reset_parameters()
 
-    def forward(self, node: Tensor, edge: Tensor, edge_index: Tensor, reverse: Optional[Tensor] = None) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, reverse: Optional[Tensor] = None) -> Tensor:
         """``reverse[k]`` is the index of edge ``k``'s opposite (needed iff ``with_reverse``)."""
         if self.with_reverse != (reverse is not None):
             raise ValueError(f"EdgeUpdate(with_reverse={self.with_reverse}) needs reverse {'' if self.with_reverse else 'not '}given")
-        src, dst = edge_index
-        hidden = self.edge_lin(edge) + self.source_lin(node)[src] + self.target_lin(node)[dst]
-        if self.reverse_lin is not None:
-            hidden = hidden + self.reverse_lin(edge)[reverse]
-        return self.residual(edge, self.out_lin(nn.functional.silu(hidden)))
+        opposite = None if reverse is None else self.reverse_lin(edge_attr)[reverse]
+        return self.edge_updater(edge_index, x=(self.source_lin(x), self.target_lin(x)), edge_attr=edge_attr,
+                                 opposite=opposite)
+
+    def edge_update(self, x_j: Tensor, x_i: Tensor, edge_attr: Tensor, opposite: Optional[Tensor]) -> Tensor:
+        hidden = self.edge_lin(edge_attr) + x_j + x_i
+        if opposite is not None:
+            hidden = hidden + opposite
+        return self.residual(edge_attr, self.out_lin(nn.functional.silu(hidden)))
 
 
 class FiLM(nn.Module):

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.utils import scatter
+from torch_geometric.nn import MessagePassing
 
 from neuralgraph.nn.base import EdgeUpdate, Metanet, MetanetLayer, ResidualNorm
 from neuralgraph.nn.registry import register_metanet
 
 
-class GMNLayer(MetanetLayer):
-    r"""One GMN layer on the directed parameter graph (edge ``j -> i`` from layer ``l-1`` to ``l``).
+class GMNLayer(MessagePassing, MetanetLayer):
+    r"""One GMN layer (`Lim et al., 2024 <https://arxiv.org/abs/2312.04501>`_) on the directed
+    parameter graph (edge ``j -> i`` from layer ``l-1`` to ``l``).
 
     Edges first (see :class:`~neuralgraph.nn.base.EdgeUpdate`), then nodes from messages sent
     forward (by predecessors) and backward (by successors), averaged separately:
@@ -22,37 +23,44 @@ class GMNLayer(MetanetLayer):
         x_i' &= \mathrm{LN}\big(x_i + \mathrm{Dropout}(W_2\,\mathrm{SiLU}(W_x x_i + V_f f_i + V_b b_i))\big)
 
     Every operation is per node or per edge, or a mean over ``edge_index``: the layer is
-    equivariant to any relabelling of the nodes, hence to hidden-neuron permutations.
+    equivariant to any relabelling of the nodes, hence to hidden-neuron permutations. A PyG
+    ``MessagePassing`` operator: one ``propagate`` along the edges, one against them.
+
+    Args:
+        hidden_dim: width ``d`` of node and edge features.
+        dropout: dropout probability on the node and edge updates.
+
+    Shapes:
+        ``x`` ``[N, d]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, d]`` -> ``([N, d], [E, d])``.
     """
 
     def __init__(self, hidden_dim: int, dropout: float = 0.0):
-        super().__init__()
-        self.edge_update = EdgeUpdate(hidden_dim, dropout)
+        super().__init__(aggr="mean")
+        self.edge_mlp = EdgeUpdate(hidden_dim, dropout)
         self.forward_node = nn.Linear(hidden_dim, hidden_dim)
         self.forward_edge = nn.Linear(hidden_dim, hidden_dim, bias=False)
         self.backward_node = nn.Linear(hidden_dim, hidden_dim)
         self.backward_edge = nn.Linear(hidden_dim, hidden_dim, bias=False)
-        self.update = nn.Linear(3 * hidden_dim, hidden_dim)
+        self.node_lin = nn.Linear(3 * hidden_dim, hidden_dim)
         self.out = nn.Linear(hidden_dim, hidden_dim)
         self.residual = ResidualNorm(hidden_dim, dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        self.edge_update.reset_parameters()
-        for lin in (self.forward_node, self.forward_edge, self.backward_node, self.backward_edge, self.update, self.out):
+        self.edge_mlp.reset_parameters()
+        for lin in (self.forward_node, self.forward_edge, self.backward_node, self.backward_edge, self.node_lin, self.out):
             lin.reset_parameters()
         self.residual.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
-        src, dst = edge_index
-        num_nodes = x.shape[0]
-        edge_attr = self.edge_update(x, edge_attr, edge_index)
-        forward_msg = nn.functional.silu(self.forward_node(x)[src] + self.forward_edge(edge_attr))
-        backward_msg = nn.functional.silu(self.backward_node(x)[dst] + self.backward_edge(edge_attr))
-        forward_agg = scatter(forward_msg, dst, 0, num_nodes, "mean")
-        backward_agg = scatter(backward_msg, src, 0, num_nodes, "mean")
-        hidden = nn.functional.silu(self.update(torch.cat([x, forward_agg, backward_agg], dim=-1)))
+        edge_attr = self.edge_mlp(x, edge_index, edge_attr)
+        forward_agg = self.propagate(edge_index, x=self.forward_node(x), edge=self.forward_edge(edge_attr))
+        backward_agg = self.propagate(edge_index.flip(0), x=self.backward_node(x), edge=self.backward_edge(edge_attr))
+        hidden = nn.functional.silu(self.node_lin(torch.cat([x, forward_agg, backward_agg], dim=-1)))
         return self.residual(x, self.out(hidden)), edge_attr
+
+    def message(self, x_j: Tensor, edge: Tensor) -> Tensor:
+        return nn.functional.silu(x_j + edge)
 
 
 @register_metanet("gmn")

@@ -45,14 +45,14 @@ class NeuronAttentionLayer(MetanetLayer):
         self.attention = nn.MultiheadAttention(hidden_dim, num_heads, dropout=dropout, batch_first=True)
         self.attention_residual = ResidualNorm(hidden_dim, dropout)
         self.feedforward = FeedForward(hidden_dim, dropout)
-        self.edge_update = EdgeUpdate(hidden_dim, dropout)
+        self.edge_mlp = EdgeUpdate(hidden_dim, dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         for lin in (self.node_lin, self.incoming_lin, self.outgoing_lin, self.exchange_out):
             lin.reset_parameters()
         self.attention._reset_parameters()
-        for module in (self.exchange_residual, self.attention_residual, self.feedforward, self.edge_update):
+        for module in (self.exchange_residual, self.attention_residual, self.feedforward, self.edge_mlp):
             module.reset_parameters()
 
     def forward(
@@ -73,7 +73,7 @@ class NeuronAttentionLayer(MetanetLayer):
         attended_nodes = torch.empty_like(x)
         attended_nodes[order] = attended[mask]
         x = self.feedforward(self.attention_residual(x, attended_nodes))
-        return x, self.edge_update(x, edge_attr, edge_index)
+        return x, self.edge_mlp(x, edge_index, edge_attr)
 
 
 @register_metanet("nft")

@@ -5,6 +5,7 @@ from typing import Sequence
 
 import torch
 from torch import Tensor, nn
+from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.aggr import DegreeScalerAggregation
 from torch_geometric.utils import degree
 
@@ -28,8 +29,9 @@ def degree_histogram(layout: Layout) -> Tensor:
     return torch.bincount(deg)
 
 
-class NGGNNLayer(MetanetLayer):
-    r"""PNA layer on the parameter graph with reverse edges (``2E`` edges, ``k``: ``j -> i``).
+class NGGNNLayer(MessagePassing, MetanetLayer):
+    r"""PNA layer of NG-GNN (`Kofinas et al., 2024 <https://arxiv.org/abs/2403.12143>`_) on the
+    parameter graph with reverse edges (``k``: ``j -> i``, :math:`\bar k` its opposite).
 
     .. math::
         m_k &= \gamma(e_k) \odot (W_s x_j + W_t x_i) + \beta(e_k) \\
@@ -39,38 +41,48 @@ class NGGNNLayer(MetanetLayer):
         x_i' &= \mathrm{LN}\big(x_i + \mathrm{Dropout}(W_2\,\mathrm{SiLU}(W_1 [x_i, a_i]))\big) \\
         e_k' &= \mathrm{EdgeUpdate}(e_k, e_{\bar k}, x_j', x_i')
 
-    where :math:`[\gamma, \beta]` is the FiLM of the edge and :math:`\bar k` is the opposite
-    edge. Aggregations and degree scalers are PyG's ``DegreeScalerAggregation``.
+    where :math:`[\gamma, \beta]` is the FiLM of the edge. A PyG ``MessagePassing`` operator
+    whose aggregation is PyG's ``DegreeScalerAggregation``, as in ``PNAConv``.
+
+    Args:
+        hidden_dim: width ``d`` of node and edge features.
+        deg: histogram of in-degrees of the training graphs (normalises the degree scalers).
+        dropout: dropout probability on the node and edge updates.
+
+    Shapes:
+        ``x`` ``[N, d]``, ``edge_index`` ``[2, 2E]`` (every edge and its opposite),
+        ``edge_attr`` ``[2E, d]``, ``reverse`` ``[2E]`` -> ``([N, d], [2E, d])``.
     """
 
     context = ("reverse",)
 
     def __init__(self, hidden_dim: int, deg: Tensor, dropout: float = 0.0):
-        super().__init__()
+        super().__init__(aggr=DegreeScalerAggregation(list(AGGREGATORS), list(SCALERS), deg))
         self.source_lin = nn.Linear(hidden_dim, hidden_dim)
         self.target_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
         self.film = FiLM(hidden_dim)
-        self.aggregate = DegreeScalerAggregation(list(AGGREGATORS), list(SCALERS), deg)
-        self.update = nn.Linear((1 + len(AGGREGATORS) * len(SCALERS)) * hidden_dim, hidden_dim)
+        self.node_lin = nn.Linear((1 + len(AGGREGATORS) * len(SCALERS)) * hidden_dim, hidden_dim)
         self.out = nn.Linear(hidden_dim, hidden_dim)
         self.residual = ResidualNorm(hidden_dim, dropout)
-        self.edge_update = EdgeUpdate(hidden_dim, dropout, with_reverse=True)
+        self.edge_mlp = EdgeUpdate(hidden_dim, dropout, with_reverse=True)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for module in (self.source_lin, self.target_lin, self.film, self.aggregate, self.update, self.out):
+        super().reset_parameters()
+        for module in (self.source_lin, self.target_lin, self.film, self.node_lin, self.out):
             module.reset_parameters()
         self.residual.reset_parameters()
-        self.edge_update.reset_parameters()
+        self.edge_mlp.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, reverse: Tensor) -> tuple[Tensor, Tensor]:
         """``edge_index`` holds every edge and its opposite; ``reverse[k]`` is the index of ``k``'s opposite."""
-        src, dst = edge_index
-        message = self.film(self.source_lin(x)[src] + self.target_lin(x)[dst], edge_attr)
-        aggregated = self.aggregate(message, dst, dim_size=x.shape[0], dim=0)
-        hidden = nn.functional.silu(self.update(torch.cat([x, aggregated], dim=-1)))
+        aggregated = self.propagate(edge_index, x=(self.source_lin(x), self.target_lin(x)), edge_attr=edge_attr)
+        hidden = nn.functional.silu(self.node_lin(torch.cat([x, aggregated], dim=-1)))
         x = self.residual(x, self.out(hidden))
-        return x, self.edge_update(x, edge_attr, edge_index, reverse)
+        return x, self.edge_mlp(x, edge_index, edge_attr, reverse)
+
+    def message(self, x_j: Tensor, x_i: Tensor, edge_attr: Tensor) -> Tensor:
+        return self.film(x_j + x_i, edge_attr)
 
 
 @register_metanet("ng_gnn")

@@ -43,7 +43,7 @@ class RelationalAttentionLayer(MetanetLayer):
         self.attention_residual = ResidualNorm(hidden_dim, dropout)
         self.attention_dropout = nn.Dropout(dropout)
         self.feedforward = FeedForward(hidden_dim, dropout)
-        self.edge_update = EdgeUpdate(hidden_dim, dropout, with_reverse=True)
+        self.edge_mlp = EdgeUpdate(hidden_dim, dropout, with_reverse=True)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -52,7 +52,7 @@ class RelationalAttentionLayer(MetanetLayer):
         self.value_film.reset_parameters()
         self.attention_residual.reset_parameters()
         self.feedforward.reset_parameters()
-        self.edge_update.reset_parameters()
+        self.edge_mlp.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, reverse: Tensor) -> tuple[Tensor, Tensor]:
         """``edge_index`` holds every edge and its opposite; ``reverse[k]`` is the index of ``k``'s opposite."""
@@ -67,7 +67,7 @@ class RelationalAttentionLayer(MetanetLayer):
         attended = scatter(alpha.unsqueeze(-1) * value, dst, 0, num_nodes, "sum").view(num_nodes, hidden_dim)
         x = self.attention_residual(x, self.attention_out(attended))
         x = self.feedforward(x)
-        return x, self.edge_update(x, edge_attr, edge_index, reverse)
+        return x, self.edge_mlp(x, edge_index, edge_attr, reverse)
 
 
 @register_metanet("ng_t")
