@@ -165,3 +165,11 @@ def test_too_many_inputs_names_the_argument():
 def test_np_model_rejects_fixed_positions():
     with pytest.raises(ValueError, match="max_inputs/max_outputs must be 0"):
         build_metanet("nfn_np", hidden_dim=4, num_layers=1, max_inputs=2)
+
+
+def test_weight_space_errors_name_the_argument():
+    with pytest.raises(ValueError, match="num_weight_layers=4 exceeds max_layers=3"):
+        build_metanet("dws", num_weight_layers=4, max_layers=3)
+    layer = build_metanet("nfn_np", hidden_dim=2, num_layers=1).layers[0]
+    with pytest.raises(ValueError, match="needs layers=LayerIndex"):
+        layer(torch.zeros(3, 2), torch.zeros(2, 0, dtype=torch.long), torch.zeros(0, 2), layers=None, num_graphs=1)

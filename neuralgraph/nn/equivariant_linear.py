@@ -285,6 +285,10 @@ class EquivariantLinear(MetanetLayer):
         max_inputs, max_outputs: input/output positions kept apart (``"hidden"`` only).
         activation: apply ReLU (and dropout) after the linear map.
         dropout: dropout probability after the activation.
+
+    Shapes:
+        ``x`` ``[N, C]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, C]``, ``layers`` the
+        :class:`~neuralgraph.nn.encoder.LayerIndex` of the batch -> ``([N, C], [E, C])``.
     """
 
     context = ("layers", "num_graphs")
@@ -334,10 +338,13 @@ class EquivariantLinear(MetanetLayer):
     def reset_parameters(self) -> None:
         self.np_linear.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, layers: LayerIndex,
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, layers: Optional[LayerIndex],
                 num_graphs: int) -> tuple[Tensor, Tensor]:
         """``layers``: the nodes and edges of ``(x, edge_index, edge_attr)`` grouped by layer."""
         L = self.num_weight_layers
+        if layers is None:
+            raise ValueError("EquivariantLinear needs layers=LayerIndex (encoder option layer_index=True, "
+                             "or neuralgraph.nn.encoder.layer_index)")
         if layers.depths != (L,):
             raise ValueError(
                 f"graph layouts have {list(layers.depths)} weight layers but the layer was built for "

@@ -30,6 +30,16 @@ class NeuronAttentionLayer(MetanetLayer):
     groups padded to the largest layer (``[groups, width, width]`` scores, never ``N x N``
     across the batch), with padding masked out. Hidden neurons of a layer share their
     positional embedding, so attention among them is equivariant to their permutations.
+    (`Zhou et al., 2023 <https://arxiv.org/abs/2305.13546>`_.)
+
+    Args:
+        hidden_dim: width ``d`` of node and edge features, a multiple of ``num_heads``.
+        num_heads: attention heads.
+        dropout: dropout probability on the attention weights and the updates.
+
+    Shapes:
+        ``x`` ``[N, d]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, d]``, ``node_layer``
+        ``[N]``, ``batch`` ``[N]`` -> ``([N, d], [E, d])``.
     """
 
     context = ("node_layer", "batch")

@@ -24,7 +24,16 @@ class RelationalAttentionLayer(MetanetLayer):
         e_k' &= \mathrm{EdgeUpdate}(e_k, e_{\bar k}, x_j'', x_i'')
 
     The softmax runs per destination node over its incoming edges (PyG ``utils.softmax``), so
-    memory is linear in the number of edges.
+    memory is linear in the number of edges. (`Kofinas et al., 2024 <https://arxiv.org/abs/2403.12143>`_.)
+
+    Args:
+        hidden_dim: width ``d`` of node and edge features, a multiple of ``num_heads``.
+        num_heads: attention heads.
+        dropout: dropout probability on the attention weights and the updates.
+
+    Shapes:
+        ``x`` ``[N, d]``, ``edge_index`` ``[2, 2E]`` (every edge and its opposite),
+        ``edge_attr`` ``[2E, d]``, ``reverse`` ``[2E]`` -> ``([N, d], [2E, d])``.
     """
 
     context = ("reverse",)
