@@ -323,7 +323,7 @@ def _check_indices(graph: Graph, sizes: Tensor) -> None:
         )
 
 
-def _check_finite(graph: Graph) -> None:
+def check_finite(graph: Graph) -> None:
     """Refuse NaN or infinite weights (``edge_attr``) and biases (``x`` of non-input nodes), as
     ``mlp_to_graph`` does."""
     for name, values, layer in (("edge_attr", graph.edge_attr, graph.edge_layer + 1), ("x", graph.x, graph.node_layer)):
@@ -362,7 +362,7 @@ def graph_to_mlp(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
             f"edge_attr has {graph.edge_attr.shape[-1]} features per edge: not an MLP graph "
             "(use graph_to_module with a template for convolutional graphs)"
         )
-    _check_finite(graph)
+    check_finite(graph)
     weights, biases = graph_to_blocks(graph)
     weights = [w.squeeze(-1) for w in weights]
     if not isinstance(graph, Batch):

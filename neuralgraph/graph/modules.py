@@ -53,8 +53,14 @@ from typing import Iterable, Mapping, Optional, Union
 import torch
 from torch import Tensor, fx, nn
 
-from neuralgraph.graph.core import Graph, GraphConversionError, blocks_to_graph, common_layout, graph_to_blocks
-from neuralgraph.graph.core import _check_finite
+from neuralgraph.graph.core import (
+    Graph,
+    GraphConversionError,
+    blocks_to_graph,
+    check_finite,
+    common_layout,
+    graph_to_blocks,
+)
 
 StateDict = Mapping[str, Tensor]
 PROBE_BATCH = 2
@@ -450,7 +456,7 @@ def _load(graph: Graph, result, read_layers, chain: Optional[_Chain]):
     layout = common_layout(graph)
     if len(layout) - 1 != len(layers):
         raise GraphConversionError(f"graph has {len(layout) - 1} layers but the template has {len(layers)}")
-    _check_finite(graph)
+    check_finite(graph)
     blocks, biases = graph_to_blocks(graph)
     updates = []
     for l, ((name, weight, bias, conv), block, b) in enumerate(zip(layers, blocks, biases), start=1):
