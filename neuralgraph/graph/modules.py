@@ -255,7 +255,7 @@ class _Walk:
                 with torch.no_grad():
                     recorder.run(candidate)
             except _NodeFailure as failure:
-                if furthest is None or order[failure.node] > order[furthest.node]:
+                if furthest is None or order[failure.node] >= order[furthest.node]:  # the largest probe that got as far
                     furthest = failure
                 continue
             self.probe_shape, self.probe_dtype = tuple(candidate.shape), candidate.dtype
@@ -265,11 +265,14 @@ class _Walk:
                 f"{self.label(first)} gives no probe input shape; pass example_input to convert this module"
             )
         shapes = ", ".join(str(shape) for shape in furthest.input_shapes)
+        converter = self.claim(furthest.node)
+        layer = f"; it is {converter.describe(self.gm.get_submodule(furthest.node.target))}" if converter else ""
         raise GraphConversionError(
-            f"{self.label(furthest.node)} cannot run on inputs of shape {shapes} (probe): {furthest.error}"
+            f"{self.label(furthest.node)} cannot run on inputs of shape {shapes} (probe): {str(furthest.error).rstrip('.')}{layer}"
         )
 
     def chain(self) -> _Chain:
+        """Layers and architecture of the chain; an error names the first node that is not a chain step."""
         layers, architecture, current = [], [], None
         data: dict[fx.Node, bool] = {}
         for node in self.gm.graph.nodes:
