@@ -267,9 +267,8 @@ class _Walk:
         shapes = ", ".join(str(shape) for shape in furthest.input_shapes)
         converter = self.claim(furthest.node)
         layer = f"; it is {converter.describe(self.gm.get_submodule(furthest.node.target))}" if converter else ""
-        raise GraphConversionError(
-            f"{self.label(furthest.node)} cannot run on inputs of shape {shapes} (probe): {str(furthest.error).rstrip('.')}{layer}"
-        )
+        error = str(furthest.error).rstrip(".")
+        raise GraphConversionError(f"{self.label(furthest.node)} cannot run on inputs of shape {shapes} (probe): {error}{layer}")
 
     def chain(self) -> _Chain:
         """Layers and architecture of the chain; an error names the first node that is not a chain step."""
@@ -292,7 +291,8 @@ class _Walk:
                 if inputs != [current]:
                     names = ", ".join(repr(i.name) for i in inputs)
                     raise GraphConversionError(
-                        f"{self.label(node)} combines {names}: a residual connection or merge, which no converter handles yet"
+                        f"{self.label(node)} combines {names}: a residual connection or merge, "
+                        "which no converter handles yet"
                     )
                 converter = self.claim(node)
                 if converter is not None:
@@ -319,8 +319,10 @@ class _Walk:
                 sub = self.module.get_submodule(owner)
                 cls = type(sub).__name__
                 if converter_for(sub) is not None:
-                    raise GraphConversionError(f"layer {owner!r} ({cls}) is not called as a layer by forward (unused, or its weights are read "
-                        "directly); its weights would be lost")
+                    raise GraphConversionError(
+                        f"layer {owner!r} ({cls}) is not called as a layer by forward (unused, or its weights are "
+                        "read directly); its weights would be lost"
+                    )
                 raise GraphConversionError(
                     f"parameter {name!r} ({cls}) is read outside a converted layer or never used by forward; "
                     f"register a converter for {cls} with @register_converter({cls})"
