@@ -24,6 +24,7 @@ import torchmetrics
 from torch import Tensor, nn
 
 from neuralgraph.graph import graph_to_mlp
+from neuralgraph.graph.scaling import scaling_invariant
 from neuralgraph.inr import render
 from neuralgraph.morphology import EDITS
 from neuralgraph.nn import InvariantReadout, WeightDecoder, build_metanet, match_budget
@@ -319,7 +320,9 @@ class EquivariantWeightPrediction(MetanetTask):
     """Permutation-equivariant operator: a per-weight target in the input's own indexing.
 
     Predicts the magnitude-pruning mask (keep the largest ``1 - sparsity`` of each layer) from
-    the edge features; a hidden permutation of the input permutes the prediction alike.
+    the edge features; a hidden permutation of the input permutes the prediction alike. With a
+    sign-equivariant metanetwork (``scaling="sign"``) the head reads ``|edge features|``: the mask,
+    a function of ``|w|``, does not change when neurons flip sign, and neither does the prediction.
     """
 
     def __init__(self, *args, sparsity: float = 0.5, **kwargs):
@@ -331,6 +334,8 @@ class EquivariantWeightPrediction(MetanetTask):
 
     def loss_and_outputs(self, batch):
         node, edge = self.metanet(batch.graph)
+        if self.metanet.scaling == "sign":
+            edge = scaling_invariant(edge, "sign")
         logits = self.edge_head(edge).squeeze(-1)
         target = magnitude_prune_mask(batch.graph, self.hparams.sparsity)
         loss = nn.functional.binary_cross_entropy_with_logits(logits, target)
