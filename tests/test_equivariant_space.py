@@ -17,6 +17,7 @@ from torch_geometric.data import Batch
 from neuralgraph.graph import mlp_to_graph, permute_mlp
 from neuralgraph.nn import build_metanet, metanet_class
 from neuralgraph.nn.encoder import EncodedGraph, graph_context
+from neuralgraph.nn.equivariant_linear import fold, unfold
 from neuralgraph.theory.equivariant_space import (
     commutant_dimension,
     commutes,
@@ -173,3 +174,23 @@ def test_weight_space_errors_name_the_argument():
     layer = build_metanet("nfn_np", hidden_dim=2, num_layers=1).layers[0]
     with pytest.raises(ValueError, match="needs layers=LayerIndex"):
         layer(torch.zeros(3, 2), torch.zeros(2, 0, dtype=torch.long), torch.zeros(0, 2), layers=None, num_graphs=1)
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    hidden=st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=3), min_size=1, max_size=3),
+    fixed=st.sampled_from([None, (3, 2)]),
+    seed=st.integers(0, 2**16),
+)
+def test_unfold_inverts_fold(hidden, fixed, seed):
+    """fold -> unfold gives back every node and edge feature exactly, in a batch of several widths."""
+    depth = len(hidden[0]) + 1
+    layouts = [(3, *widths[: depth - 1], 2) for widths in hidden if len(widths) >= depth - 1]
+    generator = torch.Generator().manual_seed(seed)
+    graph = Batch.from_data_list([mlp_to_graph(*random_mlp(layout, generator)) for layout in layouts])
+    x = torch.randn(graph.num_nodes, 2, generator=generator, dtype=torch.float64)
+    edge_attr = torch.randn(graph.num_edges, 2, generator=generator, dtype=torch.float64)
+    index = graph_context(graph, with_layer_index=True).layers
+    space = fold(x, edge_attr, index, len(layouts), fixed)
+    x_back, edge_back = unfold(space, index, fixed, 2, graph.num_nodes, graph.num_edges)
+    assert torch.equal(x_back, x) and torch.equal(edge_back, edge_attr)
