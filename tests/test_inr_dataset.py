@@ -16,12 +16,11 @@ import scipy.ndimage
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import DataLoader
 
-from neuralgraph.data import DatasetError, GenerationSettings, InrDataset, collate_inrs, make_inrs, split_digits
+from neuralgraph.data import DatasetError, GenerationSettings, InrDataset, make_inrs, split_digits
 from neuralgraph.data.generate import VAL_SIZE, val_indices
 from neuralgraph.graph import graph_to_mlp
-from neuralgraph.inr import FitConfig, SirenConvention
+from neuralgraph.inr import FitConfig, SirenConvention, render
 from neuralgraph.morphology import EDITS, dilation, erosion, gradient
 
 SMALL = GenerationSettings(fit=FitConfig(steps=6), source="embedded", shard_size=2)
@@ -63,19 +62,26 @@ def small_dataset(tmp_path_factory):
     return root
 
 
-def test_dataset_items_targets_and_batches(small_dataset):
+def test_dataset_items_and_its_one_batch_path(small_dataset):
     data = InrDataset(small_dataset, "train", convention=SMALL.convention)
     assert len(data) == 3 and data.weights[1].shape == (3, 32, 32)
     item = data[1]
-    assert torch.equal(item["target"], dilation(item["image"][None])[0])
     digits = split_digits("train", "embedded", 0, limit=3)
     assert torch.equal(item["image"], torch.from_numpy(digits.images[1]).float() / 255)
     assert item["label"] == digits.labels[1] and item["mnist_index"] == digits.indices[1]
-    graph, extras = next(iter(DataLoader(data, batch_size=3, collate_fn=collate_inrs)))
-    weights, biases = graph_to_mlp(graph)
-    assert all(torch.equal(a, b) for a, b in zip(weights + biases, data.weights + data.biases))
-    same_graph, same_extras = data.batch([0, 1, 2])
-    assert torch.equal(same_graph.edge_attr, graph.edge_attr) and torch.equal(same_extras["target"], extras["target"])
+    batch = data.batch([2, 0])
+    weights, biases = graph_to_mlp(batch.graph)
+    assert all(torch.equal(a, b[[2, 0]]) for a, b in zip(weights + biases, data.weights + data.biases))
+    assert batch.index.tolist() == [2, 0] and batch.size == 2
+    assert torch.equal(batch.image, data.images[[2, 0]]) and torch.equal(batch.label, data.labels[[2, 0]])
+
+    # augmentation permutes hidden neurons: other weights, the same functions, images and labels
+    torch.manual_seed(0)
+    permuted = data.batch([2, 0], permute=True)
+    permuted_weights, permuted_biases = graph_to_mlp(permuted.graph)
+    assert not torch.equal(permuted_weights[1], weights[1])
+    torch.testing.assert_close(render(permuted_weights, permuted_biases), render(weights, biases), rtol=0, atol=1e-6)
+    assert torch.equal(permuted.image, batch.image) and torch.equal(permuted.label, batch.label)
 
 
 def test_small_dataset_is_a_prefix_of_a_larger_one(small_dataset, tmp_path):

@@ -44,9 +44,11 @@ def test_each_task_fits_and_tests_at_the_best_checkpoint(tiny_inrs, tmp_path, ta
     metrics = cli.trainer.callback_metrics
     assert torch.isfinite(metrics[metric]) and torch.isfinite(cli.trainer.checkpoint_callback.best_model_score)
     assert cli.trainer.checkpoint_callback.best_model_path.endswith(".ckpt")
+    encoder = cli.model.metanet.encoder  # statistics of the training INRs, set before the fit (InputStatistics)
+    assert not torch.equal(encoder.edge_std, torch.ones_like(encoder.edge_std))
     if task == "InrEditing":
         assert (Path(cli.trainer.log_dir) / "editing_test.png").stat().st_size > 0
-        assert (Path(cli.trainer.log_dir) / "editing_fit.png").stat().st_size > 0
+        assert (Path(cli.trainer.log_dir) / "editing_val.png").stat().st_size > 0
 
 
 def test_oce_budget_matching_keeps_parameters_within_the_k1_budget(tiny_inrs, tmp_path):
@@ -220,7 +222,7 @@ def test_edit_and_predict_write_the_edited_networks(tiny_inrs, tmp_path, monkeyp
     weights, biases = load_inr(exported)
     assert [w.shape[0] for w in weights] == [96, 96, 1]  # k=3 members of 2-32-32-1 merged into one network
     task = InrEditing.load_from_checkpoint(checkpoint, weights_only=True).eval()
-    dataset_batch = cli.datamodule.test_dataloader().collate_fn([2])
+    dataset_batch = cli.datamodule.batch("test", [2])
     with torch.no_grad():
         members_w, members_b = task.edited_networks(dataset_batch.graph)
         average = render([w.flatten(0, 1) for w in members_w], [b.flatten(0, 1) for b in members_b]).mean(0)
@@ -232,6 +234,7 @@ def test_edit_and_predict_write_the_edited_networks(tiny_inrs, tmp_path, monkeyp
     predicted = run_lightning_cli(predict_args)
     outputs = load_file(str(Path(predicted.trainer.log_dir) / "predictions.safetensors"))
     assert outputs["members"].shape == (16, 3, 28, 28) and outputs["prediction"].shape == (16, 28, 28)
+    assert outputs["index"].tolist() == list(range(16))
     torch.testing.assert_close(outputs["prediction"][2], average, rtol=0, atol=1e-6)
 
 

@@ -1,15 +1,15 @@
 """Data: MNIST digits, the MNIST-INR dataset (generation and loading)."""
 from neuralgraph.data.generate import DatasetError, GenerationSettings, make_inrs, split_digits
-from neuralgraph.data.inr_dataset import InrDataset, collate_inrs
+from neuralgraph.data.inr_dataset import InrBatch, InrDataset
 from neuralgraph.data.mnist import Digits, MnistFileError, load_digits, load_mnist, load_subset
 
 __all__ = [
     "DatasetError",
     "Digits",
     "GenerationSettings",
+    "InrBatch",
     "InrDataset",
     "MnistFileError",
-    "collate_inrs",
     "load_digits",
     "load_mnist",
     "load_subset",

@@ -1,8 +1,8 @@
-"""The MNIST-INR dataset as a torch ``Dataset``, held in memory, batched into parameter graphs."""
+"""The MNIST-INR dataset as a torch ``Dataset``, held in memory, and its one way to make a batch."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import torch
 from safetensors import SafetensorError
@@ -12,26 +12,41 @@ from torch.utils.data import Dataset
 from torch_geometric.data import Batch
 
 from neuralgraph.data.generate import DatasetError, check_settings, read_manifest, sha256_file, temporary
-from neuralgraph.graph import mlp_to_graph
+from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutations
 from neuralgraph.inr import SirenConvention
-from neuralgraph.morphology import EDITS
+
+
+class InrBatch(NamedTuple):
+    """A mini-batch of INRs: their parameter graphs (one per INR) and what they encode.
+
+    Targets are not part of it: each task derives its own from these fields (an edit of
+    ``image``, the ``label``, a statistic of the weights), in one place, the task's loss.
+    """
+
+    graph: Batch  # parameter graphs of the B INRs, one layout
+    image: Tensor  # [B, H, W] the digit each INR was fitted to, values in [0, 1]
+    label: Tensor  # [B] digit class
+    index: Tensor  # [B] position of each INR in its split
+
+    @property
+    def size(self) -> int:
+        return int(self.label.shape[0])
 
 
 class InrDataset(Dataset):
     """The INRs of one split of a ``make-inrs`` folder, every shard loaded once into memory.
 
     Item ``i`` is a dict: ``weights`` (list of ``[d_out, d_in]``), ``biases`` (list of
-    ``[d_out]``), ``image`` ``[28, 28]`` float in ``[0, 1]``, ``target`` = ``edit(image)``
-    (3x3 dilation by default, see :mod:`neuralgraph.morphology`), ``label``, ``mnist_index``
-    and ``psnr``. :meth:`batch` returns many items at once as a parameter-graph ``Batch``.
+    ``[d_out]``), ``image`` ``[28, 28]`` float in ``[0, 1]``, ``label``, ``mnist_index`` and
+    ``psnr``. :meth:`batch` is the one way to make a training batch (:class:`InrBatch`): the
+    weights of many INRs are gathered by index and converted by the batched ``mlp_to_graph``.
 
     Every shard's sha256 is checked against the manifest, and a non-finite weight or bias
     (a diverged fit) is refused with the shard file and the INR's index; with ``convention``
     given, a dataset of another convention is refused.
     """
 
-    def __init__(self, root: str | Path, split: str = "train", convention: Optional[SirenConvention] = None,
-                 edit: str = "dilation"):
+    def __init__(self, root: str | Path, split: str = "train", convention: Optional[SirenConvention] = None):
         self.root = Path(root)
         manifest = read_manifest(self.root)
         manifest_path = self.root / "manifest.json"
@@ -39,10 +54,8 @@ class InrDataset(Dataset):
             check_settings(manifest, {"convention": convention.to_dict()}, manifest_path)
         if split not in manifest["splits"]:
             raise DatasetError(f"{manifest_path}: no split {split!r} (has {sorted(manifest['splits'])})")
-        if edit not in EDITS:
-            raise ValueError(f"unknown edit {edit!r}; expected one of {sorted(EDITS)}")
         self.convention = SirenConvention.from_dict(manifest["convention"])
-        self.split, self.edit = split, edit
+        self.split = split
         entry = manifest["splits"][split]
         shards, offset = [], 0
         for record in entry["shards"]:
@@ -62,7 +75,6 @@ class InrDataset(Dataset):
         if self.mnist_indices.tolist() != entry["mnist_indices"]:
             raise DatasetError(f"{manifest_path}: the shards' mnist_index does not match split {split}'s membership")
         self.images = cat("image").float() / 255
-        self.targets = EDITS[edit](self.images)
 
     def _load_shard(self, record: dict, offset: int) -> dict[str, Tensor]:
         """The tensors of one shard, checked; ``offset`` is the split index of its first INR."""
@@ -105,27 +117,18 @@ class InrDataset(Dataset):
             "weights": [w[i] for w in self.weights],
             "biases": [b[i] for b in self.biases],
             "image": self.images[i],
-            "target": self.targets[i],
             "label": self.labels[i],
             "mnist_index": self.mnist_indices[i],
             "psnr": self.psnrs[i],
         }
 
-    def batch(self, indices: Sequence[int] | Tensor) -> tuple[Batch, dict[str, Tensor]]:
-        """INRs ``indices`` as one parameter-graph ``Batch`` (the batched ``mlp_to_graph``
-        path) and their per-INR tensors ``image``, ``target``, ``label``, ``mnist_index``, ``psnr``."""
-        idx = torch.as_tensor(indices, dtype=torch.long)
-        graph = mlp_to_graph([w[idx] for w in self.weights], [b[idx] for b in self.biases])
-        extras = {"image": self.images[idx], "target": self.targets[idx], "label": self.labels[idx],
-                  "mnist_index": self.mnist_indices[idx], "psnr": self.psnrs[idx]}
-        return graph, extras
-
-
-def collate_inrs(items: Sequence[dict]) -> tuple[Batch, dict[str, Tensor]]:
-    """``DataLoader`` collate for :class:`InrDataset` items: stack, then one batched ``mlp_to_graph``."""
-    num_layers = len(items[0]["weights"])
-    graph = mlp_to_graph([torch.stack([it["weights"][l] for it in items]) for l in range(num_layers)],
-                         [torch.stack([it["biases"][l] for it in items]) for l in range(num_layers)])
-    extras = {key: torch.stack([torch.as_tensor(it[key]) for it in items])
-              for key in ("index", "image", "target", "label", "mnist_index", "psnr")}
-    return graph, extras
+    def batch(self, indices: Sequence[int] | Tensor, permute: bool = False) -> InrBatch:
+        """INRs ``indices`` as one :class:`InrBatch` (a ``DataLoader``'s ``collate_fn`` over index
+        lists); ``permute`` applies a random hidden-neuron permutation to each INR (augmentation:
+        the function, image and label are unchanged)."""
+        index = torch.as_tensor(indices, dtype=torch.long)
+        weights, biases = [w[index] for w in self.weights], [b[index] for b in self.biases]
+        if permute:
+            weights, biases = permute_mlp(weights, biases,
+                                          random_hidden_permutations(self.convention.layout, len(index)))
+        return InrBatch(mlp_to_graph(weights, biases), self.images[index], self.labels[index], index)

@@ -9,7 +9,8 @@ Differences from a bare LightningCLI, all in the spirit of the paper's protocol:
   ``--ckpt_path last`` finds and resumes its newest ``last*.ckpt``;
 * ``validate``/``test``/``predict`` refuse to run without a checkpoint (a file, or ``last``), and
   a checkpoint of another task or architecture is refused with the field that differs;
-* ``predict`` writes every output of the test split to ``predictions.safetensors`` in the log dir;
+* ``predict`` writes every output of the test split to ``predictions.safetensors`` in the log dir
+  (:class:`~neuralgraph.training.callbacks.PredictionWriter`);
 * Lightning's default logger: CSV, or TensorBoard when it is installed, under
   ``trainer.default_root_dir``; ``seed_everything`` defaults to 0.
 """
@@ -22,19 +23,15 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
-import torch
-from safetensors.torch import save_file
-
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from neuralgraph.cli import one_line
 from neuralgraph.commands import load_torch_file
+from neuralgraph.training.callbacks import PredictionWriter
 from neuralgraph.training.datamodule import MnistInrDataModule
-from neuralgraph.training.tasks import MetanetTask
+from neuralgraph.training.tasks import MetanetTask, check_checkpoint
 
-
-ARCHITECTURE_ARGUMENTS = ("metanet", "metanet_config", "k", "match_budget", "num_classes", "num_weight_layers")
 # We pass ``args`` on purpose (the `neuralgraph` entry point parses sys.argv itself); the seed is
 # in each run's config.yaml, and an error before any work stays one line without "Seed set to 0".
 warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
@@ -50,23 +47,6 @@ def last_checkpoint(folder: Path) -> Optional[Path]:
     """The newest ``last*.ckpt`` of ``folder`` (Lightning's rule for ``ckpt_path="last"``), if any."""
     candidates = [p for p in folder.glob("last*.ckpt") if p.is_file()]
     return max(candidates, key=lambda p: p.stat().st_mtime_ns, default=None)
-
-
-def check_checkpoint_matches(ckpt_path: Path, model_config) -> None:
-    """ValueError naming what differs when ``ckpt_path`` holds another task or architecture."""
-    checkpoint = load_torch_file(ckpt_path)
-    saved = checkpoint.get("neuralgraph_task") if isinstance(checkpoint, dict) else None
-    if saved is None:
-        raise ValueError(f"{ckpt_path}: not a neuralgraph checkpoint (no 'neuralgraph_task' entry)")
-    task = str(model_config.get("class_path", "")).rsplit(".", 1)[-1]
-    if task and task != saved["task"]:
-        raise ValueError(f"{ckpt_path}: holds a {saved['task']} checkpoint, but the configuration builds {task}")
-    hparams = checkpoint.get("hyper_parameters", {})
-    requested = model_config.get("init_args") or {}
-    for key in ARCHITECTURE_ARGUMENTS:
-        if key in hparams and key in requested and requested[key] != hparams[key]:
-            raise ValueError(f"{ckpt_path}: checkpoint has {key}={hparams[key]!r}, "
-                             f"but the configuration asks for {key}={requested[key]!r}")
 
 
 class OneLineArgumentParser(LightningArgumentParser):
@@ -85,15 +65,16 @@ class NeuralgraphCLI(LightningCLI):
         parser.add_argument("--test_after_fit", type=bool, default=True,
                             help="after fit, test at the best-validation checkpoint")
 
-    def _parse_ckpt_path(self) -> None:
-        """Resolve ``--ckpt_path`` to a file before anything is built, and check it fits the configuration.
+    def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
+        """Parse, then resolve ``--ckpt_path`` to a file before anything is built and check it fits.
 
         ``last`` is the newest ``last*.ckpt`` in :func:`checkpoint_dir`; a ``fit`` without one starts
         from scratch (so one command both starts and resumes a run), the other verbs refuse. A
-        checkpoint of another task or architecture is refused: LightningCLI would silently replace
-        the configured model by the checkpoint's (`test --config dws.yaml --ckpt_path gmn.ckpt`
-        would test GMN).
+        checkpoint of another task or model is refused (:func:`~neuralgraph.training.tasks.check_checkpoint`):
+        LightningCLI would silently replace the configured model by the checkpoint's
+        (`test --config dws.yaml --ckpt_path gmn.ckpt` would test GMN).
         """
+        super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
         if not subcommand:
             return
@@ -116,8 +97,11 @@ class NeuralgraphCLI(LightningCLI):
             raise ValueError(f"`{subcommand}` needs --ckpt_path: a checkpoint file, or 'last' for the newest "
                              f"last*.ckpt in {checkpoint_dir(config.trainer.default_root_dir)}")
         if ckpt_path is not None:
-            check_checkpoint_matches(Path(ckpt_path), config["model"])
-        super()._parse_ckpt_path()
+            model = config["model"]
+            init_args = model.get("init_args")
+            requested = init_args.as_dict() if hasattr(init_args, "as_dict") else dict(init_args or {})
+            task = str(model.get("class_path", "")).rsplit(".", 1)[-1] or None
+            check_checkpoint(load_torch_file(ckpt_path), task, requested, ckpt_path)
 
     def instantiate_trainer(self, **kwargs):
         trainer = super().instantiate_trainer(**kwargs)
@@ -125,17 +109,6 @@ class NeuralgraphCLI(LightningCLI):
             if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
                 callback.dirpath = str(checkpoint_dir(trainer.default_root_dir))
         return trainer
-
-    def after_predict(self) -> None:
-        """Write the predictions (each output concatenated over batches) next to the logs."""
-        batches = self.trainer.predict_loop.predictions
-        if not batches or not self.trainer.is_global_zero:
-            return
-        path = Path(self.trainer.log_dir or self.trainer.default_root_dir) / "predictions.safetensors"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_file({key: torch.cat([b[key] for b in batches]).contiguous().cpu() for key in batches[0]}, str(path))
-        print(f"wrote {path}: " + ", ".join(f"{key} {tuple(torch.cat([b[key] for b in batches]).shape)}"
-                                            for key in batches[0]))
 
     def after_fit(self) -> None:
         if self.config[self.subcommand].get("test_after_fit", True):
@@ -152,7 +125,8 @@ def run_lightning_cli(argv: list[str]) -> NeuralgraphCLI:
         trainer_defaults={
             "max_epochs": 150,
             "deterministic": "warn",
-            "callbacks": [ModelCheckpoint(monitor="val/loss", mode="min", save_last=True, filename="best-{epoch}")],
+            "callbacks": [ModelCheckpoint(monitor="val/loss", mode="min", save_last=True, filename="best-{epoch}"),
+                          PredictionWriter()],
         },
         args=argv,
         save_config_kwargs={"overwrite": True},

@@ -1,21 +1,21 @@
 """Lightning data module over the MNIST-INR dataset: builds it on first use, batches to PyG.
 
-Batches are built from in-memory tensors by index (no per-INR ``Data`` objects): the weights of
-the batch are stacked and converted with the batched :func:`~neuralgraph.graph.mlp_to_graph`.
+The loaders draw index lists, and ``InrDataset.batch`` turns each into an ``InrBatch`` (no
+per-INR ``Data`` objects: one batched :func:`~neuralgraph.graph.mlp_to_graph` per batch).
 Shuffling is seeded per epoch (``seed + epoch``), so a run resumed from a checkpoint sees the
 same batches as an uninterrupted one.
 """
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutations
-from neuralgraph.training.batch import InrBatch
+from neuralgraph.data.inr_dataset import InrBatch
 
 SPLITS = ("train", "val", "test")
 
@@ -37,23 +37,6 @@ class EpochSeededSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return self.size
-
-
-class InrCollator:
-    """Index list -> :class:`InrBatch`, optionally with a random hidden permutation per INR."""
-
-    def __init__(self, dataset, permutation_augmentation: bool = False):
-        self.dataset = dataset
-        self.permutation_augmentation = permutation_augmentation
-
-    def __call__(self, indices: list[int]) -> InrBatch:
-        index = torch.as_tensor(indices, dtype=torch.long)
-        weights = [w[index] for w in self.dataset.weights]
-        biases = [b[index] for b in self.dataset.biases]
-        if self.permutation_augmentation:
-            weights, biases = permute_mlp(weights, biases, random_hidden_permutations(self.dataset.convention.layout,
-                                                                                      len(index)))
-        return InrBatch(mlp_to_graph(weights, biases), self.dataset.images[index], self.dataset.labels[index], index)
 
 
 def split_ready(root: Path, split: str) -> bool:
@@ -139,6 +122,11 @@ class MnistInrDataModule(L.LightningDataModule):
             raise ValueError(f"limit_{split}={limit} but {self.hparams.root} holds {available} INRs of split {split!r}")
         return available if limit is None else limit
 
+    def batch(self, split: str, indices: Sequence[int]) -> InrBatch:
+        """INRs ``indices`` of ``split`` as one batch, built as the loaders build theirs."""
+        self.setup()
+        return self.datasets[split].batch(indices)
+
     @property
     def layout(self) -> tuple[int, ...]:
         self.setup()
@@ -151,7 +139,7 @@ class MnistInrDataModule(L.LightningDataModule):
             range(size),
             batch_size=hp.batch_size,
             sampler=EpochSeededSampler(size, hp.seed, shuffle),
-            collate_fn=InrCollator(dataset, hp.permutation_augmentation and split == "train"),
+            collate_fn=partial(dataset.batch, permute=hp.permutation_augmentation and split == "train"),
             num_workers=hp.num_workers,
             persistent_workers=hp.num_workers > 0,
         )

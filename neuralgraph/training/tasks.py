@@ -9,13 +9,18 @@ permutation-invariant functional       :class:`WeightStatisticRegression` ``Inva
 permutation-equivariant operator       :class:`EquivariantWeightPrediction` per-edge linear
 =====================================  ==============================  ==========================
 
+The task never calls into the data: a batch (:class:`~neuralgraph.data.inr_dataset.InrBatch`)
+goes encoder -> layers -> head -> loss, with the target derived from the batch in the loss.
+Input statistics and PNG grids are callbacks (:mod:`neuralgraph.training.callbacks`) the tasks
+request through ``configure_callbacks``.
+
 Optimisation follows the paper: AdamW (lr 1e-3, weight decay 1e-3), ReduceLROnPlateau on the
 validation loss (factor 0.5, patience 5 epochs, min lr 1e-4). Test metrics are computed at the
 best-validation checkpoint by the CLI, never as a minimum over test epochs.
 """
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import lightning as L
@@ -29,10 +34,33 @@ from neuralgraph.inr import render
 from neuralgraph.morphology import EDITS
 from neuralgraph.nn import InvariantReadout, WeightDecoder, build_metanet, match_budget
 from neuralgraph.nn.budget import count_trainable
-from neuralgraph.training.batch import InrBatch
-from neuralgraph.training.visualize import save_editing_grid
+from neuralgraph.data.inr_dataset import InrBatch
+from neuralgraph.training.callbacks import EditingGrid, InputStatistics
 
 STAGES = ("train", "val", "test")
+# Constructor arguments that change how a model is trained, not what it is or computes: the only
+# ones in which a configuration may differ from the checkpoint it evaluates or resumes.
+OPTIMIZATION_ARGUMENTS = frozenset({"lr", "weight_decay", "lr_factor", "lr_patience", "min_lr"})
+
+
+def check_checkpoint(checkpoint: Any, task: Optional[str], hparams: Mapping[str, Any], source: str) -> None:
+    """ValueError naming ``source`` and the field at fault unless ``checkpoint`` fits the configuration.
+
+    The checkpoint must have been written by a neuralgraph task, of class ``task`` (any when
+    None), with the same value of every constructor argument in ``hparams`` that it also
+    stores, the optimiser's (:data:`OPTIMIZATION_ARGUMENTS`) excepted. The one check for the
+    CLI (before anything is built), ``load_from_checkpoint`` and resumed fits.
+    """
+    saved = checkpoint.get("neuralgraph_task") if isinstance(checkpoint, dict) else None
+    if saved is None:
+        raise ValueError(f"{source}: not a neuralgraph checkpoint (no 'neuralgraph_task' entry)")
+    if task is not None and task != saved["task"]:
+        raise ValueError(f"{source}: holds a {saved['task']} checkpoint, but the configuration builds {task}")
+    stored = checkpoint.get("hyper_parameters", {})
+    for key in sorted((stored.keys() & hparams.keys()) - OPTIMIZATION_ARGUMENTS):
+        if stored[key] != hparams[key]:
+            raise ValueError(f"{source}: checkpoint has {key}={stored[key]!r}, "
+                             f"but the configuration asks for {key}={hparams[key]!r}")
 
 
 class MetanetTask(L.LightningModule):
@@ -44,7 +72,8 @@ class MetanetTask(L.LightningModule):
         lr, weight_decay: AdamW settings.
         lr_factor, lr_patience, min_lr: ReduceLROnPlateau on ``val/loss`` (patience in epochs).
         normalize_inputs: before fitting, standardise the encoder's inputs layer by layer with
-            statistics of (up to 10,000) training INRs; stored with the model's buffers.
+            statistics of (up to 10,000) training INRs; stored with the model's buffers
+            (:class:`~neuralgraph.training.callbacks.InputStatistics`).
     """
 
     def __init__(
@@ -85,24 +114,25 @@ class MetanetTask(L.LightningModule):
     def forward(self, batch: InrBatch):
         return self.loss_and_outputs(batch)[1]
 
-    def _step(self, batch: InrBatch, stage: str) -> Tensor:
+    def _step(self, batch: InrBatch, stage: str) -> dict[str, Tensor]:
+        """The loss and outputs of one batch (callbacks read them), logged and added to the metrics."""
         loss, outputs = self.loss_and_outputs(batch)
         self.log(f"{stage}/loss", loss, batch_size=batch.size, prog_bar=stage != "test", on_epoch=True,
                  on_step=False, sync_dist=True)
         self.update_metrics(stage, outputs, batch)
-        return loss
+        return {"loss": loss, **outputs}
 
     def training_step(self, batch: InrBatch, batch_idx: int) -> Tensor:
-        return self._step(batch, "train")
+        return self._step(batch, "train")["loss"]
 
-    def validation_step(self, batch: InrBatch, batch_idx: int) -> None:
-        self._step(batch, "val")
+    def validation_step(self, batch: InrBatch, batch_idx: int) -> dict[str, Tensor]:
+        return self._step(batch, "val")
 
-    def test_step(self, batch: InrBatch, batch_idx: int) -> None:
-        self._step(batch, "test")
+    def test_step(self, batch: InrBatch, batch_idx: int) -> dict[str, Tensor]:
+        return self._step(batch, "test")
 
     def predict_step(self, batch: InrBatch, batch_idx: int) -> dict[str, Tensor]:
-        return self.loss_and_outputs(batch)[1]
+        return {"index": batch.index, **self.loss_and_outputs(batch)[1]}
 
     def configure_optimizers(self):
         hp = self.hparams
@@ -112,12 +142,8 @@ class MetanetTask(L.LightningModule):
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val/loss"}}
 
-    def setup(self, stage: str) -> None:
-        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        if stage == "fit" and self.hparams.normalize_inputs and datamodule is not None:
-            datamodule.setup("fit")
-            sample = datamodule.train_dataloader().collate_fn(list(range(min(10_000, datamodule.size("train")))))
-            self.metanet.encoder.set_input_statistics(sample.graph)
+    def configure_callbacks(self) -> list[L.Callback]:
+        return [InputStatistics()] if self.hparams.normalize_inputs else []
 
     def on_fit_start(self) -> None:
         self.print(f"{type(self).__name__}: {self.hparams.metanet} with {count_trainable(self):,} trainable parameters")
@@ -128,13 +154,8 @@ class MetanetTask(L.LightningModule):
         checkpoint["neuralgraph_task"] = {"task": type(self).__name__, "metanet": self.hparams.metanet}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        saved = checkpoint.get("neuralgraph_task")
-        if saved is None:
-            raise ValueError("checkpoint was not written by a neuralgraph task (no 'neuralgraph_task' entry)")
-        mine = {"task": type(self).__name__, "metanet": self.hparams.metanet}
-        if saved != mine:
-            raise ValueError(f"checkpoint holds {saved['task']} with metanet {saved['metanet']!r}, "
-                             f"but this run builds {mine['task']} with metanet {mine['metanet']!r}")
+        check_checkpoint(checkpoint, type(self).__name__, self.hparams, "checkpoint")
+        saved = checkpoint["neuralgraph_task"]
         expected = {k: tuple(v.shape) for k, v in self.state_dict().items()}
         found = {k: tuple(v.shape) for k, v in checkpoint["state_dict"].items()}
         if expected != found:
@@ -218,32 +239,8 @@ class InrEditing(MetanetTask):
     def on_test_epoch_end(self):
         self._log_epoch_metrics("test")
 
-    def on_fit_end(self):
-        self.write_grid("fit")
-
-    def on_test_end(self):
-        self.write_grid("test")
-
-    @torch.no_grad()
-    def write_grid(self, when: str, rows: int = 6) -> Optional[Path]:
-        """PNG of the first ``rows`` test INRs: input, target, OCE average, members (in the log dir)."""
-        log_dir = Path(self.trainer.log_dir or ".")  # a collective under DDP: every rank asks
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if datamodule is None or not self.trainer.is_global_zero:
-            return None
-        datamodule.setup("test")
-        indices = list(range(min(rows, len(datamodule.datasets["test"]))))
-        batch = datamodule.test_dataloader().collate_fn(indices)
-        batch = self.transfer_batch_to_device(batch, self.device, 0)
-        was_training = self.training
-        self.eval()
-        _, outputs = self.loss_and_outputs(batch)
-        self.train(was_training)
-        inputs = render(*graph_to_mlp(batch.graph), tuple(batch.image.shape[-2:]))
-        path = log_dir / f"editing_{when}.png"
-        save_editing_grid(path, inputs, outputs["prediction"], outputs["members"], outputs["target"])
-        self.print(f"wrote {path}")
-        return path
+    def configure_callbacks(self) -> list[L.Callback]:
+        return super().configure_callbacks() + [EditingGrid()]
 
 
 class InrClassification(MetanetTask):
