@@ -243,7 +243,7 @@ def test_checkpoint_of_a_foreign_file_gives_a_clear_error(tmp_path):
     torch.save({"state_dict": {}}, bogus)
     run = cli_subprocess(["edit", "--ckpt", str(bogus), "--index", "0", "--out", str(tmp_path / "x.png")])
     output = run.communicate(timeout=120)[0]
-    assert run.returncode != 0 and "non-neuralgraph checkpoint" in output
+    assert run.returncode != 0 and f"{bogus}: not a neuralgraph checkpoint" in output
 
 
 def test_prune_mask_keeps_the_largest_per_layer_and_is_equivariant():

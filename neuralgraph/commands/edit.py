@@ -58,13 +58,11 @@ def load_inr(path: Path) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
 def run(args: argparse.Namespace) -> int:
     from neuralgraph.inr import render, siren_layout
     from neuralgraph.nn import merge_ensemble
-    from neuralgraph.training.tasks import InrEditing
+    from neuralgraph.training.tasks import InrEditing, check_checkpoint
     from neuralgraph.training.visualize import save_editing_grid
 
     checkpoint = load_torch_file(args.ckpt)
-    task_name = checkpoint.get("neuralgraph_task", {}).get("task") if isinstance(checkpoint, dict) else None
-    if task_name != "InrEditing":
-        raise ValueError(f"{args.ckpt}: holds a {task_name or 'non-neuralgraph'} checkpoint; `edit` needs InrEditing")
+    check_checkpoint(checkpoint, "InrEditing", {}, args.ckpt)
     task = InrEditing.load_from_checkpoint(args.ckpt, map_location="cpu", weights_only=True)
     task.eval()
 
