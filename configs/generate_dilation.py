@@ -2,7 +2,8 @@
 
 k = 1 uses the width below; k > 1 sets ``match_budget: true`` so that the task shrinks
 ``hidden_dim`` at start until metanet + decoder(k) fit the k = 1 parameter count (both counts
-are printed). ``paper/`` holds the systems of the paper's dilation table at their published
+are printed). Each config checkpoints and logs in its own ``runs/<path under configs/>``, so
+``--ckpt_path last`` of one config never resumes another's run. ``paper/`` holds the systems of the paper's dilation table at their published
 sizes (sources in docs/architectures.md). Run from the repository root:
 ``python configs/generate_dilation.py``.
 """
@@ -60,25 +61,38 @@ data:
   batch_size: 32
 trainer:
   max_epochs: 150
+  default_root_dir: {root_dir}
 """
 
 
-def config_text(arch: str, config: dict, k: int) -> str:
+def config_text(arch: str, config: dict, k: int, root_dir: str) -> str:
     budget = ("Reference width (k = 1)." if k == 1 else
               "hidden_dim below is the k = 1 reference; match_budget shrinks it at start.")
-    return TEMPLATE.format(arch=arch, k=k, budget=budget, match=str(k > 1).lower(),
+    return TEMPLATE.format(arch=arch, k=k, budget=budget, match=str(k > 1).lower(), root_dir=root_dir,
                            config=", ".join(f"{key}: {value}" for key, value in config.items()))
 
 
-def main() -> None:
+def write_grid() -> None:
+    """configs/dilation/<arch>_k<k>.yaml."""
     out = Path(__file__).with_name("dilation")
-    (out / "paper").mkdir(parents=True, exist_ok=True)
     for arch, config in ARCHITECTURES.items():
         for k in KS:
-            (out / f"{arch}_k{k}.yaml").write_text(config_text(arch, config, k))
+            (out / f"{arch}_k{k}.yaml").write_text(config_text(arch, config, k, f"runs/dilation/{arch}_k{k}"))
+
+
+def write_paper() -> None:
+    """configs/dilation/paper/<row>_k<k>.yaml."""
+    out = Path(__file__).with_name("dilation") / "paper"
+    out.mkdir(parents=True, exist_ok=True)
     for row, (arch, config, source) in PAPER.items():
         for k in KS:
-            (out / "paper" / f"{row}_k{k}.yaml").write_text(f"# Paper row {row}: {source}.\n" + config_text(arch, config, k))
+            text = config_text(arch, config, k, f"runs/dilation/paper/{row}_k{k}")
+            (out / f"{row}_k{k}.yaml").write_text(f"# Paper row {row}: {source}.\n" + text)
+
+
+def main() -> None:
+    write_grid()
+    write_paper()
 
 
 if __name__ == "__main__":

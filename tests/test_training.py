@@ -295,3 +295,35 @@ def test_every_config_parses(config, capsys):
         run_lightning_cli(["fit", "--config", str(config), "--print_config"])
     assert exit_info.value.code in (0, None)
     assert "class_path: neuralgraph.training.tasks." in capsys.readouterr().out
+
+
+def shipped_root_dir(config: Path):
+    import yaml
+
+    return (yaml.safe_load(config.read_text()).get("trainer") or {}).get("default_root_dir")
+
+
+def test_every_shipped_config_has_its_own_checkpoint_folder():
+    """`--ckpt_path last` looks in <default_root_dir>/checkpoints: a shared folder would resume another run."""
+    roots = {config: shipped_root_dir(config) for config in CONFIGS}
+    # configs/dilation/paper/ is written by generate_dilation.write_paper, which sets it the same way
+    unset = [c for c, root in roots.items() if root is None and c.parent.name != "paper"]
+    assert not unset, f"no trainer.default_root_dir in {unset}"
+    named = [root for root in roots.values() if root is not None]
+    assert len(named) == len(set(named)), sorted(r for r in named if named.count(r) > 1)
+
+
+def test_two_configs_in_one_directory_do_not_see_each_others_last(tiny_inrs, tmp_path, monkeypatch, capsys):
+    from neuralgraph.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    first, second = (Path(__file__).resolve().parents[1] / "configs" / "dilation" / f"gmn_k{k}.yaml" for k in (1, 2))
+    small = ["--model.init_args.metanet_config", TINY_MODEL, "--data.root", str(tiny_inrs), "--data.batch_size", "8",
+             "--data.limit_train", "16", "--data.limit_val", "8", "--data.limit_test", "8",
+             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+    fit = run_lightning_cli(["fit", "--config", str(first), *small, "--trainer.max_epochs", "1",
+                             "--test_after_fit", "false"])
+    assert Path(fit.trainer.checkpoint_callback.last_model_path) == tmp_path / shipped_root_dir(first) / \
+        "checkpoints" / "last.ckpt"
+    assert main(["test", "--config", str(second), *small, "--ckpt_path", "last"]) == 2
+    assert capsys.readouterr().err.endswith(f"no last*.ckpt in {tmp_path / shipped_root_dir(second) / 'checkpoints'}\n")
