@@ -116,7 +116,9 @@ def test_bad_options_are_named():
     with pytest.raises(ValueError, match="fourier_features=8 with scaling='sign'"):
         build_metanet("scalegmn", hidden_dim=8, num_layers=1, fourier_features=8)
     with pytest.raises(ValueError, match="gradient_features under scaling='scale'"):
-        build_metanet("scalegmn", hidden_dim=8, num_layers=1, scaling="scale", gradient_features=4)
+        build_metanet("scalegmn", hidden_dim=8, num_layers=1, activation="relu", gradient_features=4)
+    with pytest.raises(ValueError, match="scaling='sign' but activation='relu' has the group 'scale'"):
+        build_metanet("scalegmn", hidden_dim=8, num_layers=1, scaling="sign", activation="relu")
     with pytest.raises(ValueError, match="group='rotation'"):
         build_metanet("scalegmn", hidden_dim=8, num_layers=1, scaling="rotation")
     with pytest.raises(ValueError, match="activation='gelu'"):

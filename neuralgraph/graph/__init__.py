@@ -13,12 +13,14 @@ from neuralgraph.graph.core import (
 )
 from neuralgraph.graph.modules import LayerConverter, graph_to_module, module_to_graph, register_converter
 from neuralgraph.graph.permutation import permute_mlp, random_hidden_permutation, random_hidden_permutations
+from neuralgraph.graph.scaling import SCALING_GROUPS, random_hidden_scalings, rescale_mlp, scaling_invariant
 
 __all__ = [
     "GraphConversionError",
     "LayerConverter",
     "Layout",
     "ParameterGraph",
+    "SCALING_GROUPS",
     "blocks_to_graph",
     "common_layout",
     "graph_layouts",
@@ -31,5 +33,8 @@ __all__ = [
     "permute_mlp",
     "random_hidden_permutation",
     "random_hidden_permutations",
+    "random_hidden_scalings",
     "register_converter",
+    "rescale_mlp",
+    "scaling_invariant",
 ]

@@ -20,7 +20,7 @@ from torch import Tensor
 from neuralgraph.graph.core import GraphConversionError, Layout
 
 SCALING_GROUPS = ("sign", "scale")
-ACTIVATION_GROUPS = {"sine": "sign", "tanh": "sign", "relu": "scale"}
+ACTIVATION_GROUPS = {"sine": "sign", "tanh": "sign", "relu": "scale"}  # the group each activation allows
 
 
 def check_group(group: str) -> None:

@@ -19,13 +19,16 @@ predecessors, over the encoder's reverse edges.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import Tensor, nn
 from torch_geometric.utils import scatter
 
-from neuralgraph.graph.scaling import check_group, scaling_invariant
+from neuralgraph.graph.scaling import ACTIVATION_GROUPS, check_group, scaling_invariant
 from neuralgraph.nn.base import Metanet, MetanetLayer
 from neuralgraph.nn.registry import register_metanet
+from neuralgraph.nn.weight_features import check_activation
 
 
 def normed_mlp(in_dim: int, hidden_dim: int) -> nn.Sequential:
@@ -183,14 +186,23 @@ class ScaleGMN(Metanet):
     """ScaleGMN: :class:`ScaleGMNLayer` s on the parameter graph, equivariant to permutations and to
     the scaling group ``scaling`` (``"sign"`` for SIRENs and tanh networks, ``"scale"`` for ReLU).
 
-    The encoder lifts hidden neurons' biases and every weight multiplicatively (see
+    ``scaling`` defaults to the group of ``activation`` (the encoder option naming the activation
+    of the networks read, ``"sine"`` unless given): ``"sign"`` for sine and tanh, ``"scale"`` for
+    ReLU. The encoder lifts hidden neurons' biases and every weight multiplicatively (see
     :class:`~neuralgraph.nn.encoder.GraphEncoder`'s ``scaling``) and the heads must be built with
     the same ``scaling`` (``WeightDecoder(d, k, scaling=metanet.scaling)``).
     """
 
-    def __init__(self, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0, scaling: str = "sign",
-                 bidirectional: bool = False, **encoder_options):
+    def __init__(self, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0,
+                 scaling: Optional[str] = None, bidirectional: bool = False, **encoder_options):
+        activation = encoder_options.get("activation", "sine")
+        check_activation(activation)
+        if scaling is None:
+            scaling = ACTIVATION_GROUPS[activation]
         check_group(scaling)
+        if scaling != ACTIVATION_GROUPS[activation]:
+            raise ValueError(f"scaling={scaling!r} but activation={activation!r} has the group "
+                             f"{ACTIVATION_GROUPS[activation]!r}; pass the activation of the networks read")
         self.scaling, self.uses_reverse_edges, self.bidirectional = scaling, bidirectional, bidirectional
         super().__init__(hidden_dim, num_layers, dropout, **encoder_options)
         self.layers.extend(ScaleGMNLayer(hidden_dim, scaling, bidirectional, dropout) for _ in range(num_layers))
@@ -200,6 +212,6 @@ class ScaleGMN(Metanet):
 class ScaleGMNB(ScaleGMN):
     """ScaleGMN-B: :class:`ScaleGMN` with ``bidirectional=True`` (messages forward and backward)."""
 
-    def __init__(self, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0, scaling: str = "sign",
-                 **encoder_options):
+    def __init__(self, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0,
+                 scaling: Optional[str] = None, **encoder_options):
         super().__init__(hidden_dim, num_layers, dropout, scaling, bidirectional=True, **encoder_options)
