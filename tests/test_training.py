@@ -280,7 +280,8 @@ def test_epoch_seeded_sampler_reshuffles_per_epoch_and_repeats_per_seed():
     assert list(EpochSeededSampler(5, seed=0, shuffle=False)) == [0, 1, 2, 3, 4]
 
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("**/*.yaml"))
+CONFIGS = sorted([*(Path(__file__).resolve().parents[1] / "configs").glob("**/*.yaml"),
+                  *(Path(__file__).resolve().parents[1] / "neuralgraph" / "configs").glob("*.yaml")])
 
 
 def test_the_dilation_grid_is_complete():

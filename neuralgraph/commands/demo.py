@@ -6,17 +6,19 @@
 3. test both at their best-validation checkpoint, print the MSEs side by side and write the
    PNG grids (input | target | OCE average | members).
 
-Sizes come from ``configs/demo.yaml`` (or ``--config``); numbers are whatever the run gives.
+Sizes come from ``neuralgraph/configs/demo.yaml``, package data installed with the wheel (or
+``--config``); numbers are whatever the run gives.
 """
 from __future__ import annotations
 
 import argparse
 import time
+from importlib.resources import files
 from pathlib import Path
 
 from neuralgraph.commands import positive_int
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
+DEFAULT_CONFIG = Path(str(files("neuralgraph") / "configs" / "demo.yaml"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
