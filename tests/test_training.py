@@ -39,8 +39,10 @@ def cli_subprocess(args, **kwargs):
     ("WeightStatisticRegression", "test/r2"),
     ("EquivariantWeightPrediction", "test/accuracy"),
 ])
-def test_each_task_fits_and_tests_at_the_best_checkpoint(tiny_inrs, tmp_path, task, metric):
-    cli = run_lightning_cli(fit_args(tiny_inrs, tmp_path, task))
+def test_each_task_fits_and_tests_at_the_best_checkpoint(tiny_inrs, tmp_path, task, metric, monkeypatch):
+    monkeypatch.chdir((tmp_path / "cwd").mkdir() or tmp_path / "cwd")
+    cli = run_lightning_cli(fit_args(tiny_inrs, tmp_path / "run", task))
+    assert not any((tmp_path / "cwd").iterdir())  # everything under the run's folder, nothing in the working dir
     metrics = cli.trainer.callback_metrics
     assert torch.isfinite(metrics[metric]) and torch.isfinite(cli.trainer.checkpoint_callback.best_model_score)
     assert cli.trainer.checkpoint_callback.best_model_path.endswith(".ckpt")
