@@ -47,11 +47,9 @@ CANDIDATES = {
     "lr5e-4-2000": ({}, {"steps": 2000}, "float32"),
     "lr1e-3-1500": ({}, {"lr": 1e-3, "steps": 1500}, "float32"),
     "lr1e-3-1500-fp64": ({}, {"lr": 1e-3, "steps": 1500}, "float64"),
+    "lr1e-3-1750": ({}, {"lr": 1e-3, "steps": 1750}, "float32"),
     "lr1e-3-2000": ({}, {"lr": 1e-3, "steps": 2000}, "float32"),
     "lr5e-4-5000": ({}, {"steps": 5000}, "float32"),
-    "lr1e-3-5000": ({}, {"lr": 1e-3, "steps": 5000}, "float32"),
-    "lr1e-3-2000-nostop": ({}, {"lr": 1e-3, "steps": 2000, "target_psnr": float("inf")}, "float32"),
-    "lr5e-4-1000-fp64": ({}, {}, "float64"),
     "siren-1000": ({"init": "siren"}, {}, "float32"),
 }
 
@@ -65,7 +63,7 @@ def recipes() -> dict:
 
 
 def quantized_biases(weights, biases, bits: int, scheme: str) -> list[torch.Tensor]:
-    """The hidden biases after storing the network in ``bits`` bits under ``scheme``."""
+    """The biases after storing the network in ``bits`` bits under ``scheme``."""
     if scheme == "fp16":
         return [quantize(b, 16) for b in biases]
     # uniform b-bit: round(t / s) * s with s = max|t| / (2^(b-1) - 1) (max over a tensor or a layer)
@@ -101,18 +99,19 @@ def load(root: Path, n: int) -> tuple[FitResult, SirenConvention, FitConfig, str
     return result, data.convention, FitConfig.from_dict(manifest["fit"]), str(data.weights[0].dtype)[6:], math.nan
 
 
-def measure(name: str, result: FitResult, convention: SirenConvention, fit: FitConfig, dtype: str,
+def measure(name: str, result: FitResult, convention: SirenConvention, config: FitConfig, dtype: str,
             seconds: float) -> dict:
+    """One JSON row: std, GP rates per scheme and bit width, PSNR quantiles, steps and time."""
     n = len(result.psnr)
     weights, biases = [w.double() for w in result.weights], [b.double() for b in result.biases]
     gp = {scheme: {bits: gp_percent(weights, biases, bits, scheme) for bits in RELEASED_GP
                    if scheme != "fp16" or bits == 16} for scheme in SCHEMES}
     return {
-        "recipe": name, "n": n, "dtype": dtype, "convention": convention.to_dict(), "fit": fit.to_dict(),
+        "recipe": name, "n": n, "dtype": dtype, "convention": convention.to_dict(), "fit": config.to_dict(),
         "weight_std": [w.std().item() for w in weights], "bias_std": [b.std().item() for b in biases],
         "gp": gp, "psnr_quantiles": dict(zip(map(str, QUANTILES), torch.quantile(
             result.psnr.double(), torch.tensor(QUANTILES, dtype=torch.float64)).tolist())),
-        "stopped_early": (result.steps < fit.steps).double().mean().item(),
+        "stopped_early": (result.steps < config.steps).double().mean().item(),
         "mean_steps": result.steps.double().mean().item(), "seconds": seconds,
         "threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
     }
