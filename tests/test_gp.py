@@ -124,7 +124,8 @@ def test_batched_quantization_uses_per_network_scales(layout, batch, bits, granu
 
 
 def run_audit(capsys, *argv):
-    assert main(["audit-gp", *map(str, argv)]) == 0
+    """``neuralgraph --debug audit-gp ...``: errors propagate, so their messages can be matched."""
+    assert main(["--debug", "audit-gp", *map(str, argv)]) == 0
     return capsys.readouterr().out
 
 
