@@ -170,3 +170,14 @@ def test_audit_command_on_an_inr_dataset(tmp_path, capsys):
     assert table[3].startswith(f"| 8 | per tensor | 3 | {percent:.2f}% |")
     with pytest.raises(ValueError, match="no split 'test'"):
         run_audit(capsys, tmp_path, "--split", "test")
+
+
+def test_audit_command_up_to_sign_flips(tmp_path, capsys):
+    """Biases 0.5 and -0.5 are distinct, but equal up to a sign flip of one neuron."""
+    model = nn.Sequential(nn.Linear(2, 2), nn.Tanh(), nn.Linear(2, 1))
+    with torch.no_grad():
+        model[0].bias.copy_(torch.tensor([0.5, -0.5]))
+    save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "net.safetensors"))
+    assert run_audit(capsys, tmp_path, "--bits", "32").splitlines()[2].startswith("| 32 | IEEE | 1 | 100.00% |")
+    assert run_audit(capsys, tmp_path, "--bits", "32", "--group", "sign").splitlines()[2].startswith(
+        "| 32 | IEEE | 1 | 0.00% |")

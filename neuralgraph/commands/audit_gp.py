@@ -5,7 +5,8 @@ or a folder of MLP checkpoints (``*.safetensors``, or ``*.pt``/``*.pth`` state d
 with ``weights_only=True``). Every network is quantized (:mod:`neuralgraph.theory.quantize`)
 and audited (:mod:`neuralgraph.theory.gp`); the printed markdown table gives, per bit width
 and quantization granularity, the percentage of networks in bias GP and in combined
-(five-separator) GP, and the median numbers of tied pairs.
+(five-separator) GP, and the median numbers of tied pairs. ``--group sign`` (SIRENs, tanh) or
+``--group scale`` (ReLU) audits GP up to neuron sign flips or rescalings as well.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import argparse
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 import torch
 from safetensors import SafetensorError
@@ -23,7 +24,7 @@ from torch import Tensor
 from neuralgraph.commands import load_torch_file, positive_int
 from neuralgraph.data.generate import MANIFEST
 from neuralgraph.data.inr_dataset import InrDataset
-from neuralgraph.graph import GraphConversionError, graph_to_mlp, module_to_graph
+from neuralgraph.graph import SCALING_GROUPS, GraphConversionError, graph_to_mlp, module_to_graph
 from neuralgraph.theory.gp import audit_gp
 from neuralgraph.theory.quantize import GRANULARITIES, IEEE_FORMATS, quantize_mlp
 
@@ -41,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--limit", type=positive_int, default=None, help="audit at most this many networks")
     parser.add_argument("--chunk", type=positive_int, default=1024, help="networks audited at once (memory)")
+    parser.add_argument("--group", choices=SCALING_GROUPS, default=None,
+                        help="also identify neurons up to sign flips (sign: sine, tanh) or rescalings (scale: ReLU)")
 
 
 def bit_width(text: str) -> int:
@@ -110,8 +113,11 @@ class AuditRow:
     median_unseparated_pairs: float
 
 
-def audit_rows(networks: Iterable[Networks], bits: list[int], granularities: list[str], chunk: int) -> list[AuditRow]:
+def audit_rows(networks: Iterable[Networks], bits: list[int], granularities: list[str], chunk: int,
+               group: Optional[str] = None) -> list[AuditRow]:
     """Quantize and audit every network at each ``(bits, granularity)``; one row per setting.
+
+    ``group``: audit up to that scaling group too (see :func:`~neuralgraph.theory.gp.audit_gp`).
 
     IEEE widths have no scale, so they get one row (under the first granularity).
     """
@@ -120,7 +126,7 @@ def audit_rows(networks: Iterable[Networks], bits: list[int], granularities: lis
     unseparated: dict[tuple, list[Tensor]] = defaultdict(list)
     for weights, biases in chunked(networks, chunk):
         for setting in settings:
-            audit = audit_gp(*quantize_mlp(weights, biases, *setting))
+            audit = audit_gp(*quantize_mlp(weights, biases, *setting), group=group)
             tied[setting].append(audit.bias_tied_pairs)
             unseparated[setting].append(audit.combined_tied_pairs)
     rows = []
@@ -158,5 +164,5 @@ def run(args: argparse.Namespace) -> int:
     if not args.root.is_dir():
         raise ValueError(f"{args.root}: not a folder")
     networks = load_networks(args.root, args.split, args.limit)
-    print(format_table(audit_rows(networks, args.bits, args.granularity, args.chunk)))
+    print(format_table(audit_rows(networks, args.bits, args.granularity, args.chunk, args.group)))
     return 0
