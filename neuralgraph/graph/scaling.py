@@ -29,7 +29,7 @@ def check_group(group: str) -> None:
 
 
 def scaling_invariant(v: Tensor, scaling: Optional[str]) -> Tensor:
-    """:math:`\\kappa(v)`, unchanged when ``v`` is multiplied by a group element.
+    r""":math:`\kappa(v)`, unchanged when ``v`` is multiplied by a group element.
 
     ``None``: ``v`` itself (no scaling group); ``"sign"``: ``|v|``; ``"scale"``: ``v / ||v||``
     over the last dimension (``0`` stays ``0``).

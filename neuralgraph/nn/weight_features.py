@@ -202,13 +202,13 @@ class PointSetPool(nn.Module):
     (e.g. the backprop signal and activation of the edge's endpoints). With ``H`` heads
 
     .. math::
-        lpha_{p,h} = \operatorname{softmax}_pig(A\,\kappa([g_p, c_p]) + aig)_h, \qquad
-        y = W ig[	extstyle\sum_p lpha_{p,1} g_p, \dots, \sum_p lpha_{p,H} g_pig]
+        \alpha_{p,h} = \operatorname{softmax}_p\big(A\,\kappa([g_p, c_p]) + a\big)_h, \qquad
+        y = W \big[\textstyle\sum_p \alpha_{p,1} g_p, \dots, \sum_p \alpha_{p,H} g_p\big]
 
     where :math:`\kappa` is the identity, or ``|.|`` under the sign group (then ``W`` has no bias
     and ``y`` flips with ``g``). The softmax over points makes ``y`` invariant to reordering the
-    points; attention weights computed from the points is GradMetaNet++'s pooling, here with
-    one linear score per head to keep memory at ``O(E P H)``.
+    points. Like GradMetaNet++ the pooling weights are attention computed from the points
+    themselves; here one linear score per head keeps memory at ``O(E P H)``.
     """
 
     def __init__(self, context: int, hidden_dim: int, heads: int = 8, scaling: Optional[str] = None):
