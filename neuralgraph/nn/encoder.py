@@ -311,7 +311,7 @@ class GraphEncoder(nn.Module):
             check_index_range("node_layer", graph.node_layer, self.max_layers + 1, "max_layers + 1")
             node_position = graph.node_layer
         check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
-        x, edge_attr = graph.x, edge_attr
+        x = graph.x
         if self.scaling is None:  # a shift would not commute with the scaling group
             x = x - self.node_mean[graph.node_layer, None]
             edge_attr = edge_attr - self.edge_mean[graph.edge_layer, None]
