@@ -2,17 +2,28 @@
 
 * graphs/s at batch 32 of (2, 32, 32, 1) graphs for each architecture (reductions through PyG's
   ``utils.scatter``, which uses torch-scatter where it is installed and faster);
+* the weight-space layer stacks (``dws``, ``nfn_hnp``, ``nfn_np``) on their dense path and on
+  the general index path, against the ``nfn`` package's ``HNPLinear`` / ``NPLinear`` (dense
+  ``[B, C, d_out, d_in]`` tensors) at equal width ``C`` in and out, equal depth and batch, ReLU
+  between layers, from the same ``C``-channel input (encoders excluded on both sides). ``nfn``
+  is optional (``pip install -e .[bench]``, see pyproject.toml); without it that table is skipped;
 * the sparse GMN layer stack against a dense implementation of the same layers, with a
   ``[B, N, N, d]`` edge tensor as some public code does (same parameters, outputs checked equal);
 * parameter counts at the configurations of the papers (GMN d=128, 10 layers; DWS hidden 32,
   4 layers, when registered).
 
-Run: ``python benchmarks/metanet_speed.py [--threads 2] [--repeats 3]``.
+Every contender is timed interleaved with the others in the same process (one step of each,
+then the next repetition), and the median over repetitions is reported, because the machine
+may be shared.
+
+Run: ``python benchmarks/metanet_speed.py [--threads 1] [--repeats 5] [--widths 32 64 128]``.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
@@ -25,6 +36,7 @@ from neuralgraph.nn.gmn import GMN, GMNLayer
 
 LAYOUT = (2, 32, 32, 1)
 PAPER_CONFIGS = {"gmn": {"hidden_dim": 128, "num_layers": 10}, "dws": {"hidden_dim": 32, "num_layers": 4}}
+NFN_PEERS = {"dws": "HNPLinear", "nfn_hnp": "HNPLinear", "nfn_np": "NPLinear"}
 
 
 def dense_gmn_layer(layer: GMNLayer, node: Tensor, edge: Tensor, adjacency: Tensor) -> tuple[Tensor, Tensor]:
@@ -55,12 +67,94 @@ def to_dense(graph, node: Tensor, edge: Tensor) -> tuple[Tensor, Tensor, Tensor]
     return node.view(B, N, d), dense_edge, adjacency
 
 
-def seconds_per_step(step, repeats: int) -> float:
-    step()  # warm-up
-    start = time.perf_counter()
-    for _ in range(repeats):
+def interleaved_rates(steps: dict[str, Callable[[], None]], batch: int, repeats: int) -> dict[str, float]:
+    """Graphs/s of each step: one warm-up each, then ``repeats`` rounds of one step each; medians."""
+    for step in steps.values():
         step()
-    return (time.perf_counter() - start) / repeats
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step()
+            seconds[name].append(time.perf_counter() - start)
+    return {name: batch / statistics.median(times) for name, times in seconds.items()}
+
+
+def backward_step(forward: Callable[[], tuple[Tensor, ...]], sync: Callable[[], None]) -> Callable[[], None]:
+    """A step that runs ``forward`` and back-propagates the mean square of its outputs."""
+    def step():
+        sum(out.square().mean() for out in forward()).backward()
+        sync()
+
+    return step
+
+
+def layer_stack_step(name: str, graph, channels: int, num_layers: int, dense: bool, sync) -> Callable[[], None]:
+    """Forward+backward of the layers of ``name`` (encoder run once, outside the step), general or dense path."""
+    model = build_metanet(name, hidden_dim=channels, num_layers=num_layers, max_layers=len(LAYOUT) - 1)
+    model = model.to(graph.x.device)
+    model.encoder.dense = None if dense else False
+    with torch.no_grad():
+        node0, edge0, context = model.encoder(graph)
+
+    def forward():
+        node, edge = node0.requires_grad_(), edge0.requires_grad_()
+        for layer in model.layers:
+            node, edge = layer(node, context.edge_index, edge, **layer.context_arguments(context))
+        return node, edge
+
+    return backward_step(forward, sync)
+
+
+def nfn_step(peer: str, batch: int, channels: int, num_layers: int, device, sync) -> Callable[[], None]:
+    """Forward+backward of ``num_layers`` ``nfn`` layers of class ``peer`` with ReLU between, ``channels`` in and out."""
+    from nfn import layers as nfn_layers
+    from nfn.common import ArraySpec, NetworkSpec, WeightSpaceFeatures
+
+    spec = NetworkSpec([ArraySpec((o, i)) for i, o in zip(LAYOUT, LAYOUT[1:])], [ArraySpec((o,)) for o in LAYOUT[1:]])
+    stack = [getattr(nfn_layers, peer)(spec, channels, channels).to(device) for _ in range(num_layers)]
+    features = WeightSpaceFeatures(
+        [torch.randn(batch, channels, o, i, device=device, requires_grad=True) for i, o in zip(LAYOUT, LAYOUT[1:])],
+        [torch.randn(batch, channels, o, device=device, requires_grad=True) for o in LAYOUT[1:]],
+    )
+
+    def forward():
+        out = features
+        for i, layer in enumerate(stack):
+            out = layer(out)
+            if i < num_layers - 1:
+                out = out.map(torch.relu)
+        return (*out.weights, *out.biases)
+
+    return backward_step(forward, sync)
+
+
+def nfn_comparison(graph, args, device, sync) -> dict:
+    """Ours (dense and general path) against the ``nfn`` package per architecture and width."""
+    try:
+        import nfn  # noqa: F401
+    except ImportError:
+        print("\nnfn package absent: the comparison with nfn's HNPLinear/NPLinear is skipped "
+              "(pip install --no-deps nfn einops, see the bench extra in pyproject.toml)")
+        return {}
+    print(f"\nweight-space layer stacks, {args.num_layers} layers, fwd+bwd, batch {args.batch}, median of "
+          f"{args.repeats} interleaved repetitions (graphs/s)")
+    print(f"{'metanet':<9}{'C':>5}{'dense':>9}{'general':>9}{'nfn':>9}  {'peer':<10}{'dense/nfn':>10}{'dense/general':>14}")
+    table = {}
+    for channels in args.widths:
+        steps = {}
+        for name in NFN_PEERS:
+            for dense in (True, False):
+                steps[(name, dense)] = layer_stack_step(name, graph, channels, args.num_layers, dense, sync)
+        for peer in sorted(set(NFN_PEERS.values())):
+            steps[peer] = nfn_step(peer, args.batch, channels, args.num_layers, device, sync)
+        rates = interleaved_rates(steps, args.batch, args.repeats)
+        for name, peer in NFN_PEERS.items():
+            dense, general, other = rates[(name, True)], rates[(name, False)], rates[peer]
+            table[f"{name}_C{channels}"] = {"dense": dense, "general": general, "nfn": other, "peer": peer}
+            print(f"{name:<9}{channels:>5}{dense:>9.1f}{general:>9.1f}{other:>9.1f}  {peer:<10}"
+                  f"{dense / other:>9.2f}x{dense / general:>13.2f}x")
+    return table
 
 
 def main(argv=None) -> dict:
@@ -68,8 +162,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--hidden-dim", type=int, default=64)
     parser.add_argument("--num-layers", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--widths", type=int, nargs="+", default=[32, 64, 128],
+                        help="channel widths C of the comparison with the nfn package")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -83,18 +179,15 @@ def main(argv=None) -> dict:
 
     print(f"torch-scatter {'present' if WITH_TORCH_SCATTER else 'absent'}")
     print(f"{'metanet':<10}{'params':>10}{'graphs/s':>12}")
-    results = {"rates": {}, "device": device.type}
-    for name in sorted(METANETS):
-        model = build_metanet(name, hidden_dim=args.hidden_dim, num_layers=args.num_layers, max_layers=len(LAYOUT) - 1)
-        model = model.to(device)
-
-        def step():
-            node, edge = model(graph)
-            (node.square().mean() + edge.square().mean()).backward()
-            sync()
-
-        results["rates"][name] = args.batch / seconds_per_step(step, args.repeats)
+    results = {"rates": {}, "device": device.type, "threads": args.threads}
+    models = {name: build_metanet(name, hidden_dim=args.hidden_dim, num_layers=args.num_layers,
+                                  max_layers=len(LAYOUT) - 1).to(device) for name in sorted(METANETS)}
+    results["rates"] = interleaved_rates(
+        {name: backward_step(lambda model=model: model(graph), sync) for name, model in models.items()},
+        args.batch, args.repeats)
+    for name, model in models.items():
         print(f"{name:<10}{count_trainable(model):>10}{results['rates'][name]:>12.1f}")
+    results["nfn"] = nfn_comparison(graph, args, device, sync)
 
     gmn = GMN(args.hidden_dim, args.num_layers).to(device)
     node0, edge0, context = gmn.encoder(graph)
@@ -119,15 +212,9 @@ def main(argv=None) -> dict:
     print(f"\nGMN layer stack, sparse (scatter over edge_index) vs dense [B, N, N, d] edge tensor; "
           f"max |node difference| {difference:.1e}")
 
-    def timed(layers):
-        def step():
-            node, edge = layers()
-            (node.square().mean() + edge.square().mean()).backward()
-            sync()
-
-        return args.batch / seconds_per_step(step, args.repeats)
-
-    sparse_rate, dense_rate = timed(sparse_layers), timed(dense_layers)
+    layer_rates = interleaved_rates({"sparse": backward_step(sparse_layers, sync),
+                                     "dense": backward_step(dense_layers, sync)}, args.batch, args.repeats)
+    sparse_rate, dense_rate = layer_rates["sparse"], layer_rates["dense"]
     dense_edges = args.batch * (graph.num_nodes // args.batch) ** 2
     print(f"{'':<10}{'graphs/s':>12}{'edge rows':>12}")
     print(f"{'sparse':<10}{sparse_rate:>12.1f}{graph.num_edges:>12}")

@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     graph = graph_build.main(["--networks", "2000" if quick else "10000", "--repeats", "2" if quick else "3"])
     fit = inr_fit.main(["--inrs", "32" if quick else "128", "--loop-inrs", "4" if quick else "8",
                         "--steps", "10" if quick else "50"])
-    meta = metanet_speed.main(["--repeats", "1" if quick else "3"])
+    meta = metanet_speed.main(["--repeats", "1" if quick else "5"] + (["--widths", "32"] if quick else []))
 
     rows = [
         ("graph build, 10k MLPs (2,32,32,1)" if not quick else "graph build, 2k MLPs (2,32,32,1)",
@@ -60,11 +60,18 @@ def main(argv=None) -> int:
         ("GMN layers, batch 32", "sparse scatter", f"{meta['sparse_rate']:.1f} graphs/s", "dense [B,N,N,d]",
          f"{meta['dense_rate']:.1f} graphs/s", meta["sparse_rate"] / meta["dense_rate"]),
     ]
+    for key, row in meta["nfn"].items():
+        name, width = key.rsplit("_C", 1)
+        rows.append((f"{name} layers C={width}, batch 32", "dense path", f"{row['dense']:.1f} graphs/s",
+                     f"nfn {row['peer']}", f"{row['nfn']:.1f} graphs/s", row["dense"] / row["nfn"]))
+        rows.append((f"{name} layers C={width}, batch 32", "dense path", f"{row['dense']:.1f} graphs/s",
+                     "general index path", f"{row['general']:.1f} graphs/s", row["dense"] / row["general"]))
     gmn_rate = meta["rates"]["gmn"]
     for name, rate in sorted(meta["rates"].items()):
         rows.append((f"{name} fwd+bwd, batch 32", name, f"{rate:.1f} graphs/s", "gmn", f"{gmn_rate:.1f} graphs/s",
                      rate / gmn_rate))
-    table = [f"# Speed ratios{' (quick run)' if quick else ''}", "", machine_description(), "",
+    table = [f"# Speed ratios{' (quick run)' if quick else ''}", "", machine_description(),
+             f"metanetworks: {meta['threads']} thread, medians of interleaved repetitions", "",
              "| benchmark | ours | measured | baseline | measured | ratio |", "|---|---|---|---|---|---|"]
     table += [f"| {a} | {b} | {c} | {d} | {e} | {r:.2f}x |" for a, b, c, d, e, r in rows]
     text = "\n".join(table) + "\n"

@@ -67,11 +67,61 @@ class LayerIndex(NamedTuple):
     target_row: tuple[Tensor, ...]  # target_row[l]: row of each edge's target in nodes[l + 1]
     edge_graph: tuple[Tensor, ...]  # edge_graph[l]: graph of each edge of layer l
     depths: tuple[int, ...]  # the distinct numbers of weight layers of the graphs in the batch
+    widths: Optional[tuple[int, ...]] = None  # node-layer widths of a canonical batch (uniform_widths), else None
+
+
+def uniform_widths(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge_layer: Tensor, batch: Tensor,
+                   num_graphs: int) -> Optional[tuple[int, ...]]:
+    """The node-layer widths ``(d_0, ..., d_L)`` every graph of the batch shares, if it is stored canonically.
+
+    Canonical: graph after graph, each with the same layout, nodes ordered by (layer, position)
+    and edges by (layer, target position, source position), as
+    :func:`~neuralgraph.graph.mlp_to_graph` and the dataset's batches lay them out. Edge layer
+    ``l`` of the batch is then a ``[B, d_{l+1}, d_l]`` block of consecutive rows, so layers can
+    read it as a dense tensor without copying. ``None`` for any other batch (mixed layouts,
+    relabelled nodes or edges). One comparison per node and edge, once per batch.
+    """
+    N, E = node_layer.numel(), edge_layer.numel()
+    if num_graphs < 1 or N == 0 or N % num_graphs or E % num_graphs:
+        return None
+    n, e = N // num_graphs, E // num_graphs
+    widths = torch.bincount(node_layer[:n])
+    sizes = widths.tolist()
+    if sum(d_in * d_out for d_in, d_out in zip(sizes, sizes[1:])) != e:
+        return None
+    device = node_layer.device
+    layer = torch.repeat_interleave(torch.arange(len(sizes), device=device), widths)
+    position = torch.cat([torch.arange(d, device=device) for d in sizes])
+    offset = [0, *torch.tensor(sizes).cumsum(0).tolist()]
+    source = torch.cat([offset[l] + torch.arange(d_in, device=device).repeat(d_out)
+                        for l, (d_in, d_out) in enumerate(zip(sizes, sizes[1:]))])
+    target = torch.cat([offset[l + 1] + torch.arange(d_out, device=device).repeat_interleave(d_in)
+                        for l, (d_in, d_out) in enumerate(zip(sizes, sizes[1:]))])
+    edge_layers = torch.repeat_interleave(torch.arange(len(sizes) - 1, device=device),
+                                          widths[:-1] * widths[1:])
+    shift = torch.arange(num_graphs, device=device)[:, None]
+    canonical = (
+        bool((batch.view(num_graphs, n) == shift).all())
+        and bool((node_layer.view(num_graphs, n) == layer).all())
+        and bool((node_index.view(num_graphs, n) == position).all())
+        and bool((edge_layer.view(num_graphs, e) == edge_layers).all())
+        and bool((edge_index.view(2, num_graphs, e) == torch.stack([source, target])[:, None] + shift * n).all())
+    )
+    return tuple(sizes) if canonical else None
 
 
 def layer_index(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge_layer: Tensor, batch: Tensor,
-                num_graphs: int) -> LayerIndex:
-    """Group the nodes and edges of a batch by layer (a stable sort, no per-layer search)."""
+                num_graphs: int, dense: Optional[bool] = None) -> LayerIndex:
+    """Group the nodes and edges of a batch by layer (a stable sort, no per-layer search).
+
+    ``dense``: ``None`` records :func:`uniform_widths` (layers then take their dense path when
+    the batch allows it), ``False`` never (the general path only), ``True`` requires it.
+    """
+    widths = None if dense is False else uniform_widths(node_layer, node_index, edge_index, edge_layer, batch,
+                                                          num_graphs)
+    if dense and widths is None:
+        raise ValueError("dense=True but the batch is not one layout stored canonically (graph by graph, nodes by "
+                         "layer and position, edges row-major); use dense=None to fall back to the general path")
     num_node_layers = int(node_layer.max()) + 1 if node_layer.numel() else 0
     node_order = torch.argsort(node_layer, stable=True)
     node_counts = torch.bincount(node_layer, minlength=num_node_layers).tolist()
@@ -92,6 +142,7 @@ def layer_index(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge
         target_row=tuple(row_in_layer[dst[ids]] for ids in edges),
         edge_graph=tuple(batch[dst[ids]] for ids in edges),
         depths=tuple(torch.unique(depth).tolist()),
+        widths=widths,
     )
 
 
@@ -140,13 +191,18 @@ def reverse_edge_partner(num_edges: int, device: Optional[torch.device] = None) 
     return (torch.arange(2 * num_edges, device=device) + num_edges) % (2 * num_edges)
 
 
-def graph_context(graph: Graph, reverse_edges: bool = False, with_layer_index: bool = False) -> GraphContext:
-    """The :class:`GraphContext` of ``graph``: reverse edges appended and/or layers indexed on request."""
+def graph_context(graph: Graph, reverse_edges: bool = False, with_layer_index: bool = False,
+                  dense: Optional[bool] = None) -> GraphContext:
+    """The :class:`GraphContext` of ``graph``: reverse edges appended and/or layers indexed on request.
+
+    ``dense`` as in :func:`layer_index`.
+    """
     batch, count = node_graph_index(graph), num_graphs(graph)
     edge_index, edge_layer = graph.edge_index, graph.edge_layer
     num_edges = edge_index.shape[1]
     layers = (
-        layer_index(graph.node_layer, graph.node_index, edge_index, edge_layer, batch, count) if with_layer_index else None
+        layer_index(graph.node_layer, graph.node_index, edge_index, edge_layer, batch, count, dense)
+        if with_layer_index else None
     )
     reverse = None
     if reverse_edges:
@@ -207,6 +263,10 @@ class GraphEncoder(nn.Module):
         positional: ``"neuron"`` or ``"layer"`` (see the module docstring).
         reverse_edges: add a reverse edge per edge, lifted from ``[e_ij, e_ji]``.
         layer_index: group nodes and edges by layer in the context (:class:`LayerIndex`).
+        dense: with ``layer_index``, let layers read a canonical one-layout batch as dense
+            per-layer blocks: ``None`` when the batch allows it (:func:`uniform_widths`),
+            ``False`` never, ``True`` always (error otherwise). An attribute, so tests and
+            benchmarks may switch it on a built model.
         fourier_features: number of random Fourier frequencies per scalar (0: linear lift).
         fourier_scale: standard deviation of those frequencies.
         max_layers: number of weight layers the embeddings cover.
@@ -223,6 +283,7 @@ class GraphEncoder(nn.Module):
         positional: str = "neuron",
         reverse_edges: bool = False,
         layer_index: bool = False,
+        dense: Optional[bool] = None,
         fourier_features: int = 0,
         fourier_scale: float = 10.0,
         max_layers: int = MAX_LAYERS,
@@ -247,6 +308,7 @@ class GraphEncoder(nn.Module):
         self.positional = positional
         self.reverse_edges = reverse_edges
         self.layer_index = layer_index
+        self.dense = dense
         self.max_layers = max_layers
         self.max_node_types = max_node_types
         self.node_lift = ScalarLift(1, hidden_dim, fourier_features, fourier_scale, bias=scaling is None)
@@ -317,7 +379,7 @@ class GraphEncoder(nn.Module):
             edge_attr = edge_attr - self.edge_mean[graph.edge_layer, None]
         x = x / self.node_std[graph.node_layer, None]
         edge_attr = edge_attr / self.edge_std[graph.edge_layer, None]
-        context = graph_context(graph, self.reverse_edges, self.layer_index)
+        context = graph_context(graph, self.reverse_edges, self.layer_index, self.dense)
         if self.reverse_edges:
             zeros = torch.zeros_like(edge_attr)
             edge_attr = torch.cat([torch.cat([edge_attr, zeros], 1), torch.cat([zeros, edge_attr], 1)])

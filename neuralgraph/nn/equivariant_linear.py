@@ -24,6 +24,13 @@ layout a mean is a sum times a constant, so the spanned space is the same.
 a model is built for one depth (``num_weight_layers``), and every graph must have exactly it.
 The index sets the layers read (nodes and edges by layer) are built once per batch by the
 encoder (:class:`~neuralgraph.nn.encoder.LayerIndex`).
+
+**Dense path.** When every graph of the batch has one layout stored canonically
+(``LayerIndex.widths``, :func:`~neuralgraph.nn.encoder.uniform_widths`), node layer ``k`` is a
+view ``[B, d_k, C]`` and edge layer ``l`` a view ``[B, d_{l+1}, d_l, C]`` of the feature rows:
+edge means are means over an axis, per-node terms broadcast instead of being gathered, and
+fold/unfold are reshapes (:func:`dense_fold`, :func:`dense_unfold`). The general path (index
+scatters and gathers) serves every other batch; both compute the same function.
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ from typing import ClassVar, NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 from torch_geometric.utils import scatter
 
 from neuralgraph.nn.base import Metanet, MetanetLayer
@@ -42,7 +50,11 @@ Term = tuple[str, int]  # (kind: "edge" or "node", width)
 
 
 class WeightSpace(NamedTuple):
-    """Features of a batch of networks, layer by layer (rows ordered as in a :class:`LayerIndex`)."""
+    """Features of a batch of networks, layer by layer.
+
+    General path: rows ordered as in a :class:`LayerIndex`. Dense path: ``nodes[k]`` is
+    ``[B, d_k, width_k]`` and ``edges[l]`` is ``[B, d_{l+1}, d_l, C]``.
+    """
 
     nodes: list[Tensor]  # nodes[k]: [n_k, width_k], the states of node layer k
     edges: list[Tensor]  # edges[l]: [m_l, C], the edges between node layers l and l + 1
@@ -68,7 +80,16 @@ def restrict(index: LayerIndex, first: int, last: int) -> LayerIndex:
     """``index`` for node layers ``first..last`` and the edge layers between them."""
     nodes, edges = slice(first, last + 1), slice(first, last)
     return LayerIndex(index.nodes[nodes], index.node_graph[nodes], index.position[nodes], index.edges[edges],
-                      index.source_row[edges], index.target_row[edges], index.edge_graph[edges], index.depths)
+                      index.source_row[edges], index.target_row[edges], index.edge_graph[edges], index.depths,
+                      None if index.widths is None else index.widths[nodes])
+
+
+def check_fixed(inputs: int, outputs: int, fixed: tuple[int, int]) -> None:
+    """Graphs with ``inputs``/``outputs`` neurons fit the positions ``fixed = (max_inputs, max_outputs)``."""
+    for name, count, limit in (("input", inputs, fixed[0]), ("output", outputs, fixed[1])):
+        if count > limit:
+            raise ValueError(f"a graph has {count} {name} neurons but the layer keeps "
+                             f"max_{name}s={limit} positions apart; raise max_{name}s")
 
 
 def fold(x: Tensor, edge_attr: Tensor, index: LayerIndex, num_graphs: int,
@@ -83,10 +104,8 @@ def fold(x: Tensor, edge_attr: Tensor, index: LayerIndex, num_graphs: int,
     if fixed is None:
         return WeightSpace([x[ids] for ids in index.nodes], [edge_attr[ids] for ids in index.edges], None)
     max_inputs, max_outputs = fixed
-    for name, position, limit in (("input", index.position[0], max_inputs), ("output", index.position[L], max_outputs)):
-        if position.numel() and int(position.max()) >= limit:
-            raise ValueError(f"a graph has {int(position.max()) + 1} {name} neurons but the layer keeps "
-                             f"max_{name}s={limit} positions apart; raise max_{name}s")
+    check_fixed(*(int(position.max()) + 1 if position.numel() else 0 for position in (index.position[0],
+                                                                                        index.position[L])), fixed)
     first, last = 0, L - 1
     rows = to_slots(edge_attr[index.edges[first]], index.target_row[first], index.position[0][index.source_row[first]],
                     len(index.nodes[1]), max_inputs)
@@ -123,6 +142,51 @@ def unfold(space: WeightSpace, index: LayerIndex, fixed: Optional[tuple[int, int
     return x, edge_attr
 
 
+def dense_fold(x: Tensor, edge_attr: Tensor, widths: Sequence[int], fixed: Optional[tuple[int, int]]) -> WeightSpace:
+    """:func:`fold` of a canonical one-layout batch with node-layer ``widths``: dense blocks, views where possible.
+
+    Slot ``p`` of a folded input/output neuron holds channels ``[p C, (p + 1) C)``, as in
+    :func:`to_slots`; slots past the graph's neurons are zero.
+    """
+    C, L = x.shape[1], len(widths) - 1
+    sizes = [d_in * d_out for d_in, d_out in zip(widths, widths[1:])]
+    B = x.shape[0] // sum(widths)
+    nodes = list(x.view(B, -1, C).split(list(widths), dim=1))
+    edges = [block.unflatten(1, (d_out, d_in)) for block, d_in, d_out
+             in zip(edge_attr.view(B, -1, C).split(sizes, dim=1), widths, widths[1:])]
+    if fixed is None:
+        return WeightSpace(nodes, edges, None)
+    (max_inputs, max_outputs), (d_0, d_L) = fixed, (widths[0], widths[L])
+    check_fixed(d_0, d_L, fixed)
+    rows = F.pad(edges[0].flatten(2), (0, (max_inputs - d_0) * C))  # [B, d_1, max_inputs C]
+    cols = F.pad(edges[L - 1].transpose(1, 2).flatten(2), (0, (max_outputs - d_L) * C))  # [B, d_{L-1}, max_outputs C]
+    hidden = nodes[1:L]
+    hidden[0] = torch.cat([hidden[0], rows], dim=2)
+    hidden[-1] = torch.cat([hidden[-1], cols], dim=2)
+    graph = torch.cat([F.pad(nodes[0].flatten(1), (0, (max_inputs - d_0) * C)),
+                       F.pad(nodes[L].flatten(1), (0, (max_outputs - d_L) * C))], dim=1)
+    return WeightSpace(hidden, edges[1 : L - 1], graph)
+
+
+def dense_unfold(space: WeightSpace, widths: Sequence[int], fixed: Optional[tuple[int, int]],
+                 channels: int) -> tuple[Tensor, Tensor]:
+    """Inverse of :func:`dense_fold`: node features ``[B N, C]`` and edge features ``[B E, C]``."""
+    C, L = channels, len(widths) - 1
+    nodes = [state[..., :C] for state in space.nodes]
+    edges = list(space.edges)
+    if fixed is not None:
+        (max_inputs, max_outputs), (d_0, d_L) = fixed, (widths[0], widths[L])
+        B = space.graph.shape[0]
+        first = space.nodes[0][..., C : C + d_0 * C].unflatten(2, (d_0, C))
+        last = space.nodes[-1][..., -max_outputs * C :][..., : d_L * C]
+        nodes = [space.graph[:, : d_0 * C].view(B, d_0, C), *nodes,
+                 space.graph[:, max_inputs * C : (max_inputs + d_L) * C].view(B, d_L, C)]
+        edges = [first, *edges, last.unflatten(2, (d_L, C)).transpose(1, 2)]
+    x = torch.cat(nodes, dim=1).flatten(0, 1)
+    edge_attr = torch.cat([block.flatten(1, 2) for block in edges], dim=1).flatten(0, 1)
+    return x, edge_attr
+
+
 class TermMixer(nn.Module):
     r"""Linear map from a site's pooled terms to its output: :math:`y = s \sum_g (A_g t_g + c_g)`.
 
@@ -147,15 +211,19 @@ class TermMixer(nn.Module):
         self.scale = scale
         self.fan_in = sum(width for terms in sources.values() for _, width in terms)
         groups = ("edge", "node") if parameterisation == "blocks" else ("all",)
-        self.columns: dict[str, dict[str, Tensor]] = {}
+        self.groups: dict[str, list[str]] = {}
         self.maps = nn.ModuleDict()
         for source, terms in sources.items():
             kinds = [kind for kind, width in terms for _ in range(width)]
+            columns = []
             for group in groups:
                 cols = [c for c, kind in enumerate(kinds) if group in ("all", kind)]
                 if cols:
-                    self.columns.setdefault(source, {})[group] = torch.tensor(cols)
+                    self.groups.setdefault(source, []).append(group)
                     self.maps[f"{source}_{group}"] = nn.Linear(len(cols), out_width, bias=False)
+                    columns += cols
+            # the groups' matrices side by side, columns put back in the order of the terms
+            self.register_buffer(f"order_{source}", torch.argsort(torch.tensor(columns)), persistent=False)
         self.bias = nn.ParameterDict({group: nn.Parameter(torch.empty(out_width)) for group in groups})
         self.reset_parameters()
 
@@ -172,14 +240,22 @@ class TermMixer(nn.Module):
             nn.init.uniform_(bias, -bound, bound)
 
     def forward(self, inputs: dict[str, tuple[Tensor, Optional[Tensor]]]) -> Tensor:
-        """``inputs[source] = (terms [rows, width], index)``: row ``index[k]`` feeds output row ``k``."""
-        out = sum(self.bias.values())
-        for source, by_group in self.columns.items():
+        """``inputs[source] = (terms [..., width], index)``: row ``index[k]`` feeds output row ``k``.
+
+        ``index=None``: the terms are used as they are and broadcast against each other (the
+        dense path passes ``[B, d_out, 1, w]``, ``[B, 1, d_in, w]``, ...). Each source costs one
+        matmul (the groups' matrices are assembled into one, the scale folded in), and the parts
+        are summed from the smallest up, so each broadcast is paid once at the output's size.
+        """
+        parts = [self.scale * sum(self.bias.values())]
+        for source, groups in self.groups.items():
             terms, index = inputs[source]
-            for group, cols in by_group.items():
-                mapped = self.maps[f"{source}_{group}"](terms if len(cols) == terms.shape[1] else terms[:, cols.to(terms.device)])
-                out = out + (mapped if index is None else mapped[index])
-        return self.scale * out
+            weight = torch.cat([self.maps[f"{source}_{group}"].weight for group in groups], dim=1)
+            if len(groups) > 1:
+                weight = weight[:, getattr(self, f"order_{source}")]
+            mapped = F.linear(terms, weight if self.scale == 1.0 else self.scale * weight)
+            parts.append(mapped if index is None else mapped[index])
+        return sum(sorted(parts, key=Tensor.numel))
 
 
 class NPLinear(nn.Module):
@@ -243,28 +319,40 @@ class NPLinear(nn.Module):
             if mixer is not None:
                 mixer.reset_parameters()
 
-    def forward(self, space: WeightSpace, index: LayerIndex, num_graphs: int) -> WeightSpace:
-        """``index`` covers exactly the layers of ``space``."""
+    def forward(self, space: WeightSpace, index: Optional[LayerIndex], num_graphs: int) -> WeightSpace:
+        """``index`` covers exactly the layers of ``space``; ``None``: ``space`` is dense (see :class:`WeightSpace`)."""
         K = self.num_edge_layers
-        terms = []
-        for k, state in enumerate(space.nodes):
-            rows = state.shape[0]
-            incoming = [scatter(space.edges[k - 1], index.target_row[k - 1], 0, rows, "mean")] if k > 0 else []
-            outgoing = [scatter(space.edges[k], index.source_row[k], 0, rows, "mean")] if k < K else []
-            terms.append(torch.cat([state, *incoming, *outgoing], dim=1))
-        pooled = torch.cat(
-            [scatter(state, graph, 0, num_graphs, "mean") for state, graph in zip(space.nodes, index.node_graph)]
-            + [scatter(edges, graph, 0, num_graphs, "mean") for edges, graph in zip(space.edges, index.edge_graph)]
-            + ([] if space.graph is None else [space.graph]),
-            dim=1,
-        )
-        nodes = [mixer({"self": (terms[k], None), "graph": (pooled, index.node_graph[k])})
-                 for k, mixer in enumerate(self.node_mixers)]
-        edges = [
-            mixer({"self": (space.edges[l], None), "target": (terms[l + 1], index.target_row[l]),
-                   "source": (terms[l], index.source_row[l]), "graph": (pooled, index.edge_graph[l])})
-            for l, mixer in enumerate(self.edge_mixers)
-        ]
+        if index is None:  # means over the axes of [B, d_{l+1}, d_l, C] blocks; terms broadcast
+            terms = [torch.cat([state, *([space.edges[k - 1].mean(2)] if k > 0 else []),
+                                *([space.edges[k].mean(1)] if k < K else [])], dim=2)
+                     for k, state in enumerate(space.nodes)]
+            pooled = torch.cat([state.mean(1) for state in space.nodes] + [edges.mean((1, 2)) for edges in space.edges]
+                               + ([] if space.graph is None else [space.graph]), dim=1)
+            nodes = [mixer({"self": (terms[k], None), "graph": (pooled[:, None], None)})
+                     for k, mixer in enumerate(self.node_mixers)]
+            edges = [mixer({"self": (space.edges[l], None), "target": (terms[l + 1][:, :, None], None),
+                            "source": (terms[l][:, None], None), "graph": (pooled[:, None, None], None)})
+                     for l, mixer in enumerate(self.edge_mixers)]
+        else:
+            terms = []
+            for k, state in enumerate(space.nodes):
+                rows = state.shape[0]
+                incoming = [scatter(space.edges[k - 1], index.target_row[k - 1], 0, rows, "mean")] if k > 0 else []
+                outgoing = [scatter(space.edges[k], index.source_row[k], 0, rows, "mean")] if k < K else []
+                terms.append(torch.cat([state, *incoming, *outgoing], dim=1))
+            pooled = torch.cat(
+                [scatter(state, graph, 0, num_graphs, "mean") for state, graph in zip(space.nodes, index.node_graph)]
+                + [scatter(edges, graph, 0, num_graphs, "mean") for edges, graph in zip(space.edges, index.edge_graph)]
+                + ([] if space.graph is None else [space.graph]),
+                dim=1,
+            )
+            nodes = [mixer({"self": (terms[k], None), "graph": (pooled, index.node_graph[k])})
+                     for k, mixer in enumerate(self.node_mixers)]
+            edges = [
+                mixer({"self": (space.edges[l], None), "target": (terms[l + 1], index.target_row[l]),
+                       "source": (terms[l], index.source_row[l]), "graph": (pooled, index.edge_graph[l])})
+                for l, mixer in enumerate(self.edge_mixers)
+            ]
         graph = None if self.graph_mixer is None else self.graph_mixer({"graph": (pooled, None)})
         return WeightSpace(nodes, edges, graph)
 
@@ -350,9 +438,13 @@ class EquivariantLinear(MetanetLayer):
                 f"graph layouts have {list(layers.depths)} weight layers but the layer was built for "
                 f"num_weight_layers={L} (its parameters are per layer)"
             )
-        permuted = layers if self.fixed is None else restrict(layers, 1, L - 1)
-        space = self.np_linear(fold(x, edge_attr, layers, num_graphs, self.fixed), permuted, num_graphs)
-        x, edge_attr = unfold(space, layers, self.fixed, self.channels, x.shape[0], edge_attr.shape[0])
+        if layers.widths is not None:
+            space = self.np_linear(dense_fold(x, edge_attr, layers.widths, self.fixed), None, num_graphs)
+            x, edge_attr = dense_unfold(space, layers.widths, self.fixed, self.channels)
+        else:
+            permuted = layers if self.fixed is None else restrict(layers, 1, L - 1)
+            space = self.np_linear(fold(x, edge_attr, layers, num_graphs, self.fixed), permuted, num_graphs)
+            x, edge_attr = unfold(space, layers, self.fixed, self.channels, x.shape[0], edge_attr.shape[0])
         if self.activation:
             x, edge_attr = self.dropout(torch.relu(x)), self.dropout(torch.relu(edge_attr))
         return x, edge_attr
