@@ -330,3 +330,24 @@ def test_two_configs_in_one_directory_do_not_see_each_others_last(tiny_inrs, tmp
         "checkpoints" / "last.ckpt"
     assert main(["test", "--config", str(second), *small, "--ckpt_path", "last"]) == 2
     assert capsys.readouterr().err.endswith(f"no last*.ckpt in {tmp_path / shipped_root_dir(second) / 'checkpoints'}\n")
+
+
+def test_input_statistics_without_a_data_module_is_a_clear_error(tiny_inrs, tmp_path):
+    import lightning as L
+
+    from neuralgraph.data import InrDataset
+    from neuralgraph.training.tasks import InrEditing
+
+    dataset = InrDataset(tiny_inrs, "train")
+    loader = torch.utils.data.DataLoader(range(8), batch_size=8, collate_fn=dataset.batch)
+    def trainer():
+        return L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, default_root_dir=tmp_path,
+                         enable_progress_bar=False, enable_model_summary=False)
+
+    with pytest.raises(ValueError, match=r"InrEditing\(normalize_inputs=True\) needs a data module with "
+                                         r"batch\(split, indices\) and size\(split\), got NoneType"):
+        trainer().fit(InrEditing(metanet_config={"hidden_dim": 8, "num_layers": 1}), train_dataloaders=loader)
+    plain = trainer()
+    plain.fit(InrEditing(metanet_config={"hidden_dim": 8, "num_layers": 1}, normalize_inputs=False),
+                train_dataloaders=loader, val_dataloaders=loader)  # plain loaders work without the statistics
+    assert plain.global_step == 1
