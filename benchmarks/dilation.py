@@ -1,29 +1,43 @@
 """The MNIST INR dilation benchmark: our measured numbers beside the published ones.
 
-    python benchmarks/dilation.py --protocol smoke|cpu|full [--archs ...] [--k 1 2 4 8] [--seeds 0 1 2]
+    python benchmarks/dilation.py --protocol smoke|cpu|cpu-large|full [--archs ...] [--k 1 2 4 8] [--seeds 0 1 2]
+
+Without a selection the protocol's plan runs in its order; ``--archs``/``--k``/``--seeds`` keep
+the planned runs they match, and all three together ask for exactly those runs.
 
 Each (architecture, k, seed) is trained by ``neuralgraph fit`` (one subprocess per run, so that
-its peak memory is its own) from ``configs/<folder>/<arch>_k<k>.yaml`` with the protocol's
-overrides, and tested at its best-validation checkpoint. Results: a JSON of raw runs and a
-markdown table in ``benchmarks/results/dilation_<protocol>_<machine>.{json,md}``.
+its peak memory is its own) and tested at its best-validation checkpoint. Results: a JSON of raw
+runs and a markdown table in ``benchmarks/results/dilation_<protocol>_<machine>.{json,md}``.
+
+The runner is resumable. Each finished run is appended to the JSON as it completes (written to a
+temporary file, then renamed: a kill leaves the previous file whole), the markdown is regenerated
+from the JSON, and a rerun skips the runs the JSON holds. A run killed mid-fit resumes from its
+``last.ckpt`` (``--ckpt_path last``); its record says so (``resumed``, and ``wall_s`` covers
+only the resumed part). A recorded run whose settings differ from the current ones is an error
+naming the field, never silently mixed into a table.
 
 Protocols (see docs/benchmarks.md for why they are sized as they are):
 
 * ``full``: the paper's: 55k/5k/10k INRs, 150 epochs, batch 32, 3 seeds, every row of the
   paper's table at its published size (``configs/dilation/paper``), k in 1, 2, 4, 8. For a GPU;
   the device is chosen automatically.
-* ``cpu``: DWS and GMN (``configs/dilation``) at k=1 and k=8 (budget-matched), one seed, about
-  an hour on 2 cores.
+* ``cpu``: 1,000/300/300 INRs, 12 epochs, every registered metanetwork and the probe- and
+  gradient-feature variants (:data:`CPU_SYSTEMS`), 3 layers, each at the width whose k = 1
+  parameter count is nearest GMN's (hidden 64), within 5%, at k = 1 and k = 8 (budget-matched
+  to the system's own k = 1), one seed; then GMN and DWS at k = 1, 2, 4, 8 with three seeds.
+  All runs share ``configs/dilation/gmn_k<k>.yaml`` (task, optimiser, batch) but the metanetwork.
+* ``cpu-large``: the ``cpu`` settings on 5,000/1,000/1,000 INRs for 30 epochs, GMN and DWS.
 * ``smoke``: every paper row at k=1 and k=2, tiny data and widths, one epoch: plumbing only.
 
-``cpu`` and ``full`` fit their INRs (in ``data/inrs-<protocol>`` unless ``--data-root`` says
-otherwise) with the ``dws-released`` preset, calibrated to the INR set the published numbers
-were measured on (docs/inr.md); ``--preset dws-1000`` gives the INRs of earlier results.
+``cpu``, ``cpu-large`` and ``full`` fit their INRs (in ``data/inrs-<protocol>`` unless
+``--data-root`` says otherwise) with the ``dws-released`` preset, calibrated to the INR set the
+published numbers were measured on (docs/inr.md).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import statistics
@@ -36,29 +50,45 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-ARCHS = ("gmn", "ng_gnn", "ng_t", "nft", "dws", "nfn_hnp", "nfn_np")
 # The systems of the paper's dilation table at their published sizes: configs/dilation/paper/<row>_k<k>.yaml.
 PAPER_ROWS = ("nft", "np_nfn", "ng_gnn64", "ng_t64", "scalegmn_b", "scalegmn_b_gradmetanet", "gmn_gradmetanet", "dws",
               "gmn")
+# The architecture table of the cpu protocols: name -> (registered metanet, options beside the width).
+# Two attention heads: widths then move in steps of 2, fine enough to land within 5% of the budget.
+CPU_SYSTEMS = {
+    "gmn": ("gmn", {}), "ng_gnn": ("ng_gnn", {}), "ng_t": ("ng_t", {"num_heads": 2}), "nft": ("nft", {"num_heads": 2}),
+    "dws": ("dws", {}),
+    "nfn_hnp": ("nfn_hnp", {}), "nfn_np": ("nfn_np", {}), "scalegmn": ("scalegmn", {}),
+    "scalegmn_b": ("scalegmn_b", {}),
+    "ng_gnn_probe16": ("ng_gnn", {"probe_features": 16}),
+    "gmn_grad16": ("gmn", {"gradient_features": 16}),
+    "scalegmn_b_grad16": ("scalegmn_b", {"gradient_features": 16}),
+}
+CPU_DEPTH = {"num_layers": 3, "dropout": 0.0}
+CPU_REFERENCE = ("gmn", {"hidden_dim": 64, **CPU_DEPTH})  # the k = 1 budget every cpu system is matched to
+BUDGET_TOLERANCE = 0.05
+CPU_DATA = {"limit_train": 1000, "limit_val": 300, "limit_test": 300, "preset": "dws-released"}
 
 PROTOCOLS = {
     "full": {
-        "archs": PAPER_ROWS, "configs": "dilation/paper", "k": (1, 2, 4, 8), "seeds": (0, 1, 2),
+        "plan": ((PAPER_ROWS, (1, 2, 4, 8), (0, 1, 2)),), "configs": "dilation/paper",
         "data": {"limit_train": None, "limit_val": None, "limit_test": None, "preset": "dws-released"},
         "trainer": {"max_epochs": 150},
-        "metanet_config": {},
     },
     "cpu": {
-        "archs": ("dws", "gmn"), "configs": "dilation", "k": (1, 8), "seeds": (0,),
-        "data": {"limit_train": 1000, "limit_val": 300, "limit_test": 300, "preset": "dws-released"},
-        "trainer": {"max_epochs": 12},
-        "metanet_config": {"gmn": {"hidden_dim": 64, "num_layers": 3}, "dws": {"hidden_dim": 32, "num_layers": 3}},
+        # the architecture table first, then the OCE curve over k with three seeds
+        "plan": ((tuple(CPU_SYSTEMS), (1, 8), (0,)), (("gmn", "dws"), (1, 2, 4, 8), (0, 1, 2))), "systems": "cpu",
+        "data": CPU_DATA, "trainer": {"max_epochs": 12},
+    },
+    "cpu-large": {
+        "plan": ((("gmn", "dws"), (1, 8), (0,)),), "systems": "cpu",
+        "data": {**CPU_DATA, "limit_train": 5000, "limit_val": 1000, "limit_test": 1000}, "trainer": {"max_epochs": 30},
     },
     "smoke": {
-        "archs": PAPER_ROWS, "configs": "dilation/paper", "k": (1, 2), "seeds": (0,),
+        "plan": ((PAPER_ROWS, (1, 2), (0,)),), "configs": "dilation/paper",
         "data": {"limit_train": 64, "limit_val": 32, "limit_test": 32},
         "trainer": {"max_epochs": 1},
-        "metanet_config": {row: {"hidden_dim": 8, "num_layers": 1} for row in PAPER_ROWS},
+        "metanet_config": {"hidden_dim": 8, "num_layers": 1},
     },
 }
 
@@ -79,46 +109,86 @@ def machine_name() -> str:
     return f"cpu{torch.get_num_threads()}"
 
 
-def run_arguments(protocol: dict, arch: str, k: int, seed: int, data_root: Path, out: Path) -> list[str]:
-    """``neuralgraph fit`` arguments of one run."""
-    args = ["fit", "--config", str(config_path(protocol, arch, k)),
-            "--seed_everything", str(seed), "--data.root", str(data_root),
-            "--trainer.default_root_dir", str(out),
+def matched_width(name: str, metanet: str, options: dict, target: int, tolerance: float = BUDGET_TOLERANCE) -> dict:
+    """``CPU_DEPTH`` + ``options`` at the ``hidden_dim`` whose k = 1 parameter count is nearest ``target``.
+
+    Widths respect the metanetwork's ``hidden_dim_multiple_of``; ValueError naming the system
+    when the nearest is more than ``tolerance`` (relative) away.
+    """
+    from neuralgraph.nn.budget import hidden_dim_step, model_parameters
+
+    config = {**CPU_DEPTH, **options}
+    step = hidden_dim_step(metanet, config)
+
+    def params(multiple: int) -> int:
+        return model_parameters(metanet, {**config, "hidden_dim": multiple * step}, 1)[0]
+
+    low, high = 1, 2  # grow high past the target, then bisect: params(low) <= target < params(high)
+    while params(high) <= target:
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if params(middle) <= target else (low, middle)
+    best = min((low, high), key=lambda m: abs(params(m) - target))
+    found = params(best)
+    if abs(found - target) > tolerance * target:
+        raise ValueError(f"{name}: no hidden_dim gives {target:,} parameters within {tolerance:.0%} "
+                         f"(nearest: {found:,} at hidden_dim={best * step})")
+    return {**config, "hidden_dim": best * step}
+
+
+def run_settings(protocol: dict, arch: str, k: int) -> dict:
+    """What determines a run but its seed: config file, metanet, its config at k = 1, data, trainer."""
+    if protocol.get("systems") == "cpu":
+        if arch not in CPU_SYSTEMS:
+            raise ValueError(f"{arch}: not a system of the cpu protocols; known: {sorted(CPU_SYSTEMS)}")
+        from neuralgraph.nn.budget import model_parameters
+
+        metanet, options = CPU_SYSTEMS[arch]
+        target = model_parameters(CPU_REFERENCE[0], CPU_REFERENCE[1], 1)[0]
+        config_file, metanet_config = config_path("dilation", "gmn", k), matched_width(arch, metanet, options, target)
+    else:
+        import yaml
+
+        config_file = config_path(protocol["configs"], arch, k)
+        init_args = yaml.safe_load(config_file.read_text())["model"]["init_args"]
+        metanet, metanet_config = init_args["metanet"], {**init_args["metanet_config"],
+                                                          **protocol.get("metanet_config", {})}
+    return {"config": str(config_file.relative_to(ROOT)), "metanet": metanet, "metanet_config": metanet_config,
+            "data": protocol["data"], "trainer": protocol["trainer"]}
+
+
+def run_arguments(settings: dict, seed: int, data_root: Path, out: Path) -> list[str]:
+    """``neuralgraph fit`` arguments of one run (resuming from ``out``'s last checkpoint if any)."""
+    args = ["fit", "--config", str(ROOT / settings["config"]), "--seed_everything", str(seed),
+            "--data.root", str(data_root), "--trainer.default_root_dir", str(out), "--ckpt_path", "last",
             "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(out),
-            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
-    for key, value in protocol["data"].items():
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            "--model.init_args.metanet", settings["metanet"],
+            "--model.init_args.metanet_config", json.dumps(settings["metanet_config"])]
+    for key, value in settings["data"].items():
         args += [f"--data.{key}", "null" if value is None else str(value)]
-    for key, value in protocol["trainer"].items():
+    for key, value in settings["trainer"].items():
         args += [f"--trainer.{key}", str(value)]
-    overrides = protocol["metanet_config"].get(arch)
-    if overrides:
-        base = _config_metanet(protocol, arch, k)
-        args += ["--model.init_args.metanet_config", json.dumps({**base, **overrides})]
     return args
 
 
-def config_path(protocol: dict, arch: str, k: int) -> Path:
-    """``configs/<protocol's folder>/<arch>_k<k>.yaml``; FileNotFoundError naming it when absent."""
-    path = ROOT / "configs" / protocol["configs"] / f"{arch}_k{k}.yaml"
+def config_path(folder: str, arch: str, k: int) -> Path:
+    """``configs/<folder>/<arch>_k<k>.yaml``; FileNotFoundError naming it when absent."""
+    path = ROOT / "configs" / folder / f"{arch}_k{k}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"{path.relative_to(ROOT)}: no config for {arch} at k={k} in this protocol")
     return path
 
 
-def _config_metanet(protocol: dict, arch: str, k: int) -> dict:
-    import yaml
-
-    config = yaml.safe_load(config_path(protocol, arch, k).read_text())
-    return dict(config["model"]["init_args"]["metanet_config"])
-
-
 def run_one(argv: list[str], result_path: Path) -> None:
     """Child process: one fit (+ test at best validation), results to ``result_path``."""
     from neuralgraph.nn.budget import count_trainable
-    from neuralgraph.training.cli import run_lightning_cli
+    from neuralgraph.training.cli import checkpoint_dir, last_checkpoint, run_lightning_cli
 
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
+    resumed = last_checkpoint(checkpoint_dir(argv[argv.index("--trainer.default_root_dir") + 1])) is not None
     start = time.perf_counter()
     cli = run_lightning_cli(argv)
     metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
@@ -130,43 +200,82 @@ def run_one(argv: list[str], result_path: Path) -> None:
         "hidden_dim": cli.model.metanet.hidden_dim,
         "epochs": cli.trainer.current_epoch,
         "wall_s": time.perf_counter() - start,
+        "resumed": resumed,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
         "device": "cuda" if torch.cuda.is_available() else "cpu",
     }
-    result_path.write_text(json.dumps(result, indent=2))
+    write_atomic(result_path, json.dumps(result, indent=2))
 
 
-def summarize(runs: list[dict], protocol_name: str, machine: str) -> str:
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (a kill leaves the old file)."""
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+
+
+def load_runs(path: Path) -> list[dict]:
+    """The runs recorded in a results JSON (none when it does not exist yet)."""
+    if not path.exists():
+        return []
+    try:
+        return json.loads(path.read_text())["runs"]
+    except (json.JSONDecodeError, KeyError) as err:
+        raise ValueError(f"{path}: not a results file of this benchmark ({err})") from err
+
+
+def recorded(runs: list[dict], arch: str, k: int, seed: int, settings: dict, path: Path) -> bool:
+    """Whether ``runs`` holds (arch, k, seed); ValueError naming the field when it ran with other settings."""
+    for run in runs:
+        if (run["arch"], run["k"], run["seed"]) == (arch, k, seed):
+            for key, value in settings.items():
+                if run["settings"].get(key) != value:
+                    raise ValueError(f"{path}: {arch} k={k} seed={seed} was run with {key}={run['settings'].get(key)}, "
+                                     f"this protocol asks {value}; move the file away or pass --results DIR")
+            return True
+    return False
+
+
+def summarize(runs: list[dict], protocol_name: str, machine: str, missing: list[tuple[str, int, int]]) -> str:
     groups: dict[tuple[str, int], list[dict]] = {}
     for r in runs:
         groups.setdefault((r["arch"], r["k"]), []).append(r)
+    means = {key: statistics.mean(100 * r["test_mse"] for r in rs) for key, rs in groups.items()}
     lines = [f"# MNIST INR dilation — protocol `{protocol_name}` on `{machine}`", "",
-             "Test MSE x1e-2 at the best-validation checkpoint (mean ± std over seeds).", "",
-             "| source | model | k | test MSE x1e-2 | parameters | hidden_dim | epochs | wall time (min) | peak memory (MB) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "Test MSE x1e-2 at the best-validation checkpoint (mean ± std over seeds); k/k1: the ratio of "
+             "the mean to the same model's k = 1 mean. Generated from the JSON beside this file.", "",
+             "| source | model | k | test MSE x1e-2 | k/k1 | parameters | hidden_dim | epochs | wall time (min) "
+             "| peak memory (MB) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (arch, k), rs in sorted(groups.items()):
         mses = [100 * r["test_mse"] for r in rs]
         spread = f" ± {statistics.stdev(mses):.3f}" if len(mses) > 1 else ""
+        ratio = f"{means[arch, k] / means[arch, 1]:.2f}" if k != 1 and (arch, 1) in means else ""
         memory = rs[0]["peak_cuda_mb"] if rs[0]["peak_cuda_mb"] is not None else rs[0]["peak_rss_mb"]
-        lines.append(f"| measured ({protocol_name}, {len(rs)} seed{'s' * (len(rs) > 1)}) | {arch} | {k} "
-                     f"| {statistics.mean(mses):.3f}{spread} | {rs[0]['parameters']:,} | {rs[0]['hidden_dim']} "
-                     f"| {rs[0]['epochs']} | {statistics.mean(r['wall_s'] for r in rs) / 60:.1f} | {memory:.0f} |")
+        resumed = " (resumed)" if any(r.get("resumed") for r in rs) else ""
+        lines.append(f"| measured ({protocol_name}, seed{'s' * (len(rs) > 1)} {', '.join(str(r['seed']) for r in rs)}) "
+                     f"| {arch} | {k} | {statistics.mean(mses):.3f}{spread} | {ratio} | {rs[0]['parameters']:,} "
+                     f"| {rs[0]['hidden_dim']} | {rs[0]['epochs']} "
+                     f"| {statistics.mean(r['wall_s'] for r in rs) / 60:.1f}{resumed} | {memory:.0f} |")
     for name, arch, k, mse in PUBLISHED:
-        lines.append(f"| published (full protocol) | {name} | {k} | {mse:.2f} | | | 150 | | |")
+        lines.append(f"| published (full protocol) | {name} | {k} | {mse:.2f} | | | | 150 | | |")
+    if missing:
+        lines += ["", f"Not run yet ({len(missing)} of the protocol's runs): "
+                  + ", ".join(f"{arch} k={k} seed {seed}" for arch, k, seed in missing) + "."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="smoke")
-    parser.add_argument("--archs", nargs="+", choices=sorted(set(ARCHS) | set(PAPER_ROWS)),
-                        help="architectures (cpu) or paper rows (full, smoke)")
+    parser.add_argument("--archs", nargs="+", choices=sorted(set(CPU_SYSTEMS) | set(PAPER_ROWS)),
+                        help="systems (cpu protocols) or paper rows (full, smoke)")
     parser.add_argument("--k", nargs="+", type=int)
     parser.add_argument("--seeds", nargs="+", type=int)
     parser.add_argument("--data-root", type=Path, default=None, help="INR folder (default: data/inrs-<protocol>)")
-    parser.add_argument("--preset", default=None,
-                        help="INR preset, instead of the protocol's (dws-1000: the INRs of results made before it)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "benchmarks")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--run-one", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -175,33 +284,45 @@ def main(argv: list[str] | None = None) -> int:
         run_one(args.run_one[1:], Path(args.run_one[0]))
         return 0
     protocol = PROTOCOLS[args.protocol]
-    if args.preset:
-        protocol = {**protocol, "data": {**protocol["data"], "preset": args.preset}}
     data_root = args.data_root or ROOT / "data" / f"inrs-{args.protocol}"
-    archs, ks, seeds = args.archs or protocol["archs"], args.k or protocol["k"], args.seeds or protocol["seeds"]
+    plan = list(dict.fromkeys(  # the protocol's runs in its order, each once
+        (arch, k, seed) for archs, ks, seeds in protocol["plan"] for arch in archs for k in ks for seed in seeds))
+    todo = [(arch, k, seed) for arch, k, seed in plan
+            if (args.archs is None or arch in args.archs) and (args.k is None or k in args.k)
+            and (args.seeds is None or seed in args.seeds)]
+    if args.archs and args.k and args.seeds:  # a full selection may ask for runs beyond the plan
+        todo = [(arch, k, seed) for arch in args.archs for k in args.k for seed in args.seeds]
     machine = machine_name()
-    runs = []
-    for arch in archs:
-        for k in ks:
-            for seed in seeds:
-                out = args.out / args.protocol / f"{arch}_k{k}_s{seed}"
-                out.mkdir(parents=True, exist_ok=True)
-                result_path = out / "result.json"
-                fit_args = run_arguments(protocol, arch, k, seed, data_root, out)
-                print(f"[{args.protocol}] {arch} k={k} seed={seed}", flush=True)
-                subprocess.run([sys.executable, __file__, "--run-one", str(result_path), *fit_args], check=True)
-                result = json.loads(result_path.read_text())
-                runs.append({"arch": arch, "k": k, "seed": seed, **result})
-                print(f"    test MSE x1e-2 {100 * result['test_mse']:.3f}, {result['parameters']:,} parameters, "
-                      f"{result['wall_s'] / 60:.1f} min", flush=True)
     args.results.mkdir(parents=True, exist_ok=True)
     stem = args.results / f"dilation_{args.protocol}_{machine}"
-    meta = {"protocol": args.protocol, "settings": protocol, "machine": machine, "platform": platform.platform(),
-            "torch": torch.__version__, "runs": runs}
-    stem.with_suffix(".json").write_text(json.dumps(meta, indent=2, default=list))
-    table = summarize(runs, args.protocol, machine)
-    stem.with_suffix(".md").write_text(table)
-    print(table)
+    runs = load_runs(stem.with_suffix(".json"))
+    settings = {(arch, k): run_settings(protocol, arch, k) for arch, k in dict.fromkeys((a, k) for a, k, _ in todo)}
+
+    def save() -> None:
+        done = {(r["arch"], r["k"], r["seed"]) for r in runs}
+        meta = {"protocol": args.protocol, "machine": machine, "platform": platform.platform(),
+                "torch": torch.__version__, "runs": runs}
+        write_atomic(stem.with_suffix(".json"), json.dumps(meta, indent=2))
+        write_atomic(stem.with_suffix(".md"),
+                     summarize(runs, args.protocol, machine, [run for run in plan if run not in done]))
+
+    for arch, k, seed in todo:
+        if recorded(runs, arch, k, seed, settings[arch, k], stem.with_suffix(".json")):
+            print(f"[{args.protocol}] {arch} k={k} seed={seed}: in {stem.name}.json, skipped", flush=True)
+            continue
+        out = args.out / args.protocol / f"{arch}_k{k}_s{seed}"
+        out.mkdir(parents=True, exist_ok=True)
+        result_path = out / "result.json"
+        print(f"[{args.protocol}] {arch} k={k} seed={seed}", flush=True)
+        subprocess.run([sys.executable, __file__, "--run-one", str(result_path),
+                        *run_arguments(settings[arch, k], seed, data_root, out)], check=True)
+        result = json.loads(result_path.read_text())
+        runs.append({"arch": arch, "k": k, "seed": seed, "settings": settings[arch, k], **result})
+        save()
+        print(f"    test MSE x1e-2 {100 * result['test_mse']:.3f}, {result['parameters']:,} parameters, "
+              f"{result['wall_s'] / 60:.1f} min", flush=True)
+    save()
+    print(stem.with_suffix(".md").read_text())
     return 0
 
 

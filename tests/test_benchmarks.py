@@ -24,3 +24,83 @@ def test_dilation_smoke_protocol_writes_results_for_every_architecture(tiny_inrs
     assert all(r["test_mse"] > 0 and r["parameters"] > 0 for r in runs)
     table = next(results.glob("dilation_smoke_*.md")).read_text()
     assert "published (full protocol) | OCE GMN k=8 | 8 | 1.06" in table and "measured (smoke" in table
+
+
+import dilation  # noqa: E402
+
+
+def fake_fit(calls, fail_at=None):
+    """Stands in for the fit subprocess: writes the result a run would, or fails on call ``fail_at``."""
+    real = subprocess.run
+
+    def run(command, *args, **kwargs):
+        if "--run-one" not in command:  # other subprocesses (platform, torch) run as they are
+            return real(command, *args, **kwargs)
+        calls.append(command)
+        if len(calls) == fail_at:
+            raise subprocess.CalledProcessError(-9, command)
+        result_path = Path(command[command.index("--run-one") + 1])
+        dilation.write_atomic(result_path, json.dumps({
+            "test_mse": 0.01 * len(calls), "test_psnr": None, "best_val_loss": 0.0, "parameters": 10, "hidden_dim": 8,
+            "epochs": 1, "wall_s": 1.0, "resumed": False, "peak_rss_mb": 1.0, "peak_cuda_mb": None, "device": "cpu"}))
+
+    return run
+
+
+def smoke(tmp_path, *extra):
+    return dilation.main(["--protocol", "smoke", "--archs", "gmn", "dws", "--k", "1", "2", "--data-root", str(tmp_path),
+                          "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *extra])
+
+
+def test_runner_records_each_run_as_it_finishes_and_a_rerun_skips_them(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(dilation.subprocess, "run", fake_fit(calls, fail_at=3))
+    with pytest.raises(subprocess.CalledProcessError):
+        smoke(tmp_path)
+    (raw,) = (tmp_path / "results").glob("dilation_smoke_*.json")
+    first = json.loads(raw.read_text())["runs"]
+    assert [(r["arch"], r["k"]) for r in first] == [("dws", 1), ("dws", 2)]
+    assert "Not run yet" in raw.with_suffix(".md").read_text()
+    assert "| dws | 2 | 2.000 | 2.00 |" in raw.with_suffix(".md").read_text()  # k/k1 from the JSON
+
+    assert smoke(tmp_path) == 0
+    assert len(calls) == 5  # the two recorded runs were not rerun; the killed one and the last were
+    runs = json.loads(raw.read_text())["runs"]
+    assert runs[:2] == first and [(r["arch"], r["k"]) for r in runs[2:]] == [("gmn", 1), ("gmn", 2)]
+    assert smoke(tmp_path) == 0 and len(calls) == 5
+
+
+def test_runner_refuses_a_recorded_run_made_with_other_settings(tmp_path, monkeypatch):
+    monkeypatch.setattr(dilation.subprocess, "run", fake_fit([]))
+    smoke(tmp_path, "--seeds", "0")
+    monkeypatch.setitem(dilation.PROTOCOLS["smoke"], "trainer", {"max_epochs": 2})
+    with pytest.raises(ValueError, match=r"dws k=1 seed=0 was run with trainer=\{'max_epochs': 1\}"):
+        smoke(tmp_path)
+
+
+def test_write_atomic_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    dilation.write_atomic(path, "old")
+
+    def killed(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dilation.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        dilation.write_atomic(path, "new")
+    assert path.read_text() == "old"
+
+
+@pytest.mark.parametrize("system", sorted(dilation.CPU_SYSTEMS))
+def test_cpu_systems_match_the_gmn_budget_within_five_percent(system):
+    from neuralgraph.nn.budget import model_parameters
+
+    settings = dilation.run_settings(dilation.PROTOCOLS["cpu"], system, 1)
+    target = model_parameters(*dilation.CPU_REFERENCE, 1)[0]
+    params = model_parameters(settings["metanet"], settings["metanet_config"], 1)[0]
+    assert abs(params - target) <= 0.05 * target
+
+
+def test_matched_width_names_the_system_it_cannot_match():
+    with pytest.raises(ValueError, match=r"^ng_t: no hidden_dim gives 167,314 parameters within 5% \(nearest: 177,650"):
+        dilation.matched_width("ng_t", "ng_t", {"num_heads": 8}, 167_314)
