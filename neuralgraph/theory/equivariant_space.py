@@ -17,11 +17,16 @@ The commutant dimension is computed two independent ways, so each checks the oth
 :func:`orbit_count` counts the orbits of the group on pairs of coordinates (the commutant of a
 permutation representation has one basis matrix per orbit). :func:`span_rank` measures the
 dimension spanned by the Jacobians of a layer family, which equals the commutant dimension
-exactly when the family is the full space of equivariant linear layers.
+exactly when the family is the full space of equivariant linear layers; :class:`Span` grows
+that span batch by batch without refactorising what it already holds.
+
+Costs: :func:`commutant_dimension` factorises a ``[G n^2, n^2]`` matrix (``n`` the weight-space
+dimension, ``G`` generators): 0.4 s at ``n = 25`` but about 50 s per group and gigabytes at
+``n = 67``; :func:`orbit_count` is a union-find over ``n^2`` pairs (10 ms at either size).
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -138,7 +143,7 @@ def orbit_count(layout: Layout, group: str) -> int:
 
 
 def commutes(matrix: Tensor, layout: Layout, group: str, atol: float = 1e-10) -> bool:
-    """Whether ``matrix`` (``[n, n]``, a linear map on weight space) commutes with ``group``."""
+    """Whether ``matrix`` (``[..., n, n]``, linear maps on weight space) commutes with ``group``."""
     for index in group_generators(layout, group):
         p = permutation_matrix(index, matrix.dtype)
         if not torch.allclose(matrix @ p, p @ matrix, atol=atol):
@@ -157,6 +162,37 @@ def linear_map_matrix(function: Callable[[Tensor], Tensor], layout: Layout) -> T
     inputs = torch.cat([torch.zeros(1, n, dtype=torch.float64), torch.eye(n, dtype=torch.float64)])
     outputs = function(inputs)
     return (outputs[1:] - outputs[:1]).T
+
+
+class Span:
+    """Orthonormal basis of the span of the matrices added so far; :meth:`add` returns its dimension.
+
+    Each batch is normalised row by row, its part inside the current span removed (twice, for
+    stability), and the singular directions of what is left above ``tolerance`` join the
+    basis, so the cost of a batch grows with the dimension of the span, not with the number of
+    matrices seen.
+    """
+
+    def __init__(self, tolerance: float = 1e-9):
+        self.tolerance = tolerance
+        self.basis: Optional[Tensor] = None  # [dimension, numel] orthonormal rows
+
+    @property
+    def dimension(self) -> int:
+        return 0 if self.basis is None else self.basis.shape[0]
+
+    def add(self, matrices: Tensor) -> int:
+        """Add ``matrices`` (``[m, ...]``, each flattened) to the span; its new dimension."""
+        rows = matrices.flatten(1)
+        norms = rows.norm(dim=1, keepdim=True)
+        rows = rows[norms[:, 0] > 0] / norms[norms[:, 0] > 0]
+        for _ in range(2 if self.basis is not None else 0):
+            rows = rows - (rows @ self.basis.T) @ self.basis
+        if rows.shape[0]:
+            _, singular, directions = torch.linalg.svd(rows, full_matrices=False)
+            new = directions[singular > self.tolerance]
+            self.basis = new if self.basis is None else torch.cat([self.basis, new])
+        return self.dimension
 
 
 def span_rank(matrices: Sequence[Tensor]) -> int:
