@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.data import Batch
 
+from neuralgraph.data.inr_dataset import InrDataset
 from neuralgraph.graph import mlp_to_graph
 from neuralgraph.nn import build_metanet
 from neuralgraph.nn.encoder import graph_context, uniform_widths
@@ -104,3 +105,11 @@ def test_too_many_inputs_named_on_the_dense_path():
     metanet = model("dws", (3, 2, 1), 2, 1)
     with pytest.raises(ValueError, match="a graph has 3 input neurons but the layer keeps max_inputs=2"):
         metanet(graph)
+
+
+@pytest.mark.parametrize("permute", [False, True])
+def test_dataset_batches_take_the_dense_path(tiny_inrs, permute):
+    """Training batches (InrDataset.batch, with or without permutation augmentation) are canonical."""
+    dataset = InrDataset(tiny_inrs, "train")
+    graph = dataset.batch(list(range(5)), permute=permute).graph
+    assert graph_context(graph, with_layer_index=True).layers.widths == dataset.convention.layout
