@@ -211,19 +211,22 @@ class TermMixer(nn.Module):
         self.scale = scale
         self.fan_in = sum(width for terms in sources.values() for _, width in terms)
         groups = ("edge", "node") if parameterisation == "blocks" else ("all",)
-        self.groups: dict[str, list[str]] = {}
+        # per source, the runs (group, first, last column) of its groups' matrices in the order of its terms
+        self.runs: dict[str, list[tuple[str, int, int]]] = {}
         self.maps = nn.ModuleDict()
         for source, terms in sources.items():
-            kinds = [kind for kind, width in terms for _ in range(width)]
-            columns = []
-            for group in groups:
-                cols = [c for c, kind in enumerate(kinds) if group in ("all", kind)]
-                if cols:
-                    self.groups.setdefault(source, []).append(group)
-                    self.maps[f"{source}_{group}"] = nn.Linear(len(cols), out_width, bias=False)
-                    columns += cols
-            # the groups' matrices side by side, columns put back in the order of the terms
-            self.register_buffer(f"order_{source}", torch.argsort(torch.tensor(columns)), persistent=False)
+            used = dict.fromkeys(groups, 0)
+            runs = self.runs[source] = []
+            for kind, width in terms:
+                group = "all" if parameterisation == "terms" else kind
+                if runs and runs[-1][0] == group:
+                    runs[-1] = (group, runs[-1][1], runs[-1][2] + width)
+                else:
+                    runs.append((group, used[group], used[group] + width))
+                used[group] += width
+            for group, width in used.items():
+                if width:
+                    self.maps[f"{source}_{group}"] = nn.Linear(width, out_width, bias=False)
         self.bias = nn.ParameterDict({group: nn.Parameter(torch.empty(out_width)) for group in groups})
         self.reset_parameters()
 
@@ -248,11 +251,10 @@ class TermMixer(nn.Module):
         are summed from the smallest up, so each broadcast is paid once at the output's size.
         """
         parts = [self.scale * sum(self.bias.values())]
-        for source, groups in self.groups.items():
+        for source, runs in self.runs.items():
             terms, index = inputs[source]
-            weight = torch.cat([self.maps[f"{source}_{group}"].weight for group in groups], dim=1)
-            if len(groups) > 1:
-                weight = weight[:, getattr(self, f"order_{source}")]
+            weights = [self.maps[f"{source}_{group}"].weight[:, first:last] for group, first, last in runs]
+            weight = weights[0] if len(weights) == 1 else torch.cat(weights, dim=1)
             mapped = F.linear(terms, weight if self.scale == 1.0 else self.scale * weight)
             parts.append(mapped if index is None else mapped[index])
         return sum(sorted(parts, key=Tensor.numel))
