@@ -104,3 +104,13 @@ def test_cpu_systems_match_the_gmn_budget_within_five_percent(system):
 def test_matched_width_names_the_system_it_cannot_match():
     with pytest.raises(ValueError, match=r"^ng_t: no hidden_dim gives 167,314 parameters within 5% \(nearest: 177,650"):
         dilation.matched_width("ng_t", "ng_t", {"num_heads": 8}, 167_314)
+
+
+def test_oce_cost_counts_the_output_network_as_members_and_as_one_merged_network():
+    import oce_cost
+
+    editor = oce_cost.Editor(2)
+    layout = [2, 64, 64, 1]  # merged: 2-(32k)-(32k)-1
+    assert editor.static["output_parameters_members"] == 2 * (2 * 32 + 32 + 32 * 32 + 32 + 32 + 1)
+    assert editor.static["output_parameters_merged"] == sum(a * b + b for a, b in zip(layout, layout[1:]))
+    assert editor.static["hidden_dim"] == 63 and set(editor.calls) >= {"train_s_per_epoch", "render_merged_ms_b256"}

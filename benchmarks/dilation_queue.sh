@@ -1,0 +1,14 @@
+#!/bin/sh
+# The evidence queue of docs/benchmarks.md in priority order, one run at a time, resumable:
+# rerun it to continue (recorded runs are skipped, a killed fit resumes from its last.ckpt).
+#   nohup sh benchmarks/dilation_queue.sh > benchmarks/results/dilation_queue.log 2>&1 &
+# A failed run is retried twice (e.g. a module being edited in the working tree) before the queue stops.
+cd "$(dirname "$0")/.." || exit 1
+export NEURALGRAPH_MNIST="${NEURALGRAPH_MNIST:-/work/shared/data/mnist}"
+for protocol in cpu cpu-large; do
+    for attempt in 1 2 3; do
+        .venv/bin/python benchmarks/dilation.py --protocol "$protocol" && break
+        [ "$attempt" = 3 ] && exit 1
+        sleep 60
+    done
+done
