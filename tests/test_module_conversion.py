@@ -211,3 +211,53 @@ def test_a_converter_that_loses_weights_fails_the_probe_check():
 
     with pytest.raises(GraphConversionError, match="rebuilt from its graph computes another output"):
         module_to_graph(nn.Sequential(Scrambled(2, 3), nn.ReLU(), nn.Linear(3, 1)))
+
+
+class _ConvBnNet(nn.Module):
+    """Two convolutions of different kernel sizes with BatchNorm, pooled into a classifier."""
+
+    def __init__(self, bn_after_activation: bool = False):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(1, 8, 3), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 5, padding=1), nn.BatchNorm2d(8)
+        self.pool, self.flatten, self.linear = nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)
+        self.bn3 = nn.BatchNorm2d(8) if bn_after_activation else nn.Identity()
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = torch.relu(self.bn2(self.conv2(x)))
+        return self.linear(self.flatten(self.pool(self.bn3(x))))
+
+
+def _with_running_statistics(net: nn.Module) -> nn.Module:
+    generator = torch.Generator().manual_seed(0)
+    for bn in (m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)):
+        for tensor, low in ((bn.running_mean, -1), (bn.running_var, 0.5), (bn.weight.data, -1), (bn.bias.data, -1)):
+            tensor.copy_(torch.rand(tensor.shape, generator=generator, dtype=tensor.dtype) * 1.5 + low)
+    return net.eval()
+
+
+def test_batchnorm_folds_into_mixed_kernel_convolutions_and_round_trips():
+    from neuralgraph.graph.converters import fold_batchnorm
+
+    torch.manual_seed(0)
+    net = _with_running_statistics(_ConvBnNet().double())
+    folded = fold_batchnorm(net)
+    x = torch.randn(4, 1, 16, 16, dtype=torch.float64)
+    graph = module_to_graph(folded, x)
+    assert graph.edge_attr.shape[1] == 25  # the 3x3 kernels are zero-padded to the 5x5 ones
+    rebuilt = graph_to_module(graph, folded, x)
+    torch.testing.assert_close(rebuilt(x), net(x), rtol=1e-10, atol=1e-10)
+
+
+def test_batchnorm_folding_errors():
+    from neuralgraph.graph.converters import fold_batchnorm
+
+    with pytest.raises(GraphConversionError, match="_ConvBnNet is in training mode: .* call .eval"):
+        fold_batchnorm(_ConvBnNet())
+    with pytest.raises(GraphConversionError, match="layer 'bn3' \\(BatchNorm2d\\) does not directly follow a conv"):
+        fold_batchnorm(_with_running_statistics(_ConvBnNet(bn_after_activation=True)))
+    net = _ConvBnNet().eval()
+    net.bn1 = nn.BatchNorm2d(8, track_running_stats=False)
+    with pytest.raises(GraphConversionError, match="layer 'bn1' \\(BatchNorm2d\\) tracks no running statistics"):
+        fold_batchnorm(net)

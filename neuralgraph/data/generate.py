@@ -31,6 +31,8 @@ from typing import Optional
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as safetensors_bytes
 from tqdm import tqdm
 
@@ -109,17 +111,18 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def read_manifest(root: PathLike) -> dict:
-    """The manifest of a dataset folder; a clear error when it is missing or unreadable."""
+def read_manifest(root: PathLike, expected_format: str = FORMAT) -> dict:
+    """The manifest of a dataset folder of ``expected_format``; a clear error when it is missing or unreadable."""
     path = Path(root) / MANIFEST
+    command = "make-inrs" if expected_format == FORMAT else "make-cnn-zoo"
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError as err:
-        raise DatasetError(f"{path}: no manifest; is {root} a dataset made by `neuralgraph make-inrs`?") from err
+        raise DatasetError(f"{path}: no manifest; is {root} a dataset made by `neuralgraph {command}`?") from err
     except json.JSONDecodeError as err:
         raise DatasetError(f"{path}: not valid JSON ({err})") from err
-    if manifest.get("format") != FORMAT:
-        raise DatasetError(f"{path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
+    if manifest.get("format") != expected_format:
+        raise DatasetError(f"{path}: format {manifest.get('format')!r}, expected {expected_format!r}")
     return manifest
 
 
@@ -167,6 +170,40 @@ def _verify_recorded_shard(path: Path, record: dict) -> None:
         raise DatasetError(f"{path}: listed in the manifest but missing")
     if sha256_file(path) != record["sha256"]:
         raise DatasetError(f"{path}: sha256 differs from the manifest's; the shard is corrupt")
+
+
+def shard_to_write(path: Path, recorded: dict, manifest_path: Path) -> bool:
+    """Whether the planned shard ``path`` is still to be written: one the manifest lists
+    (``recorded``: file name -> record) is verified instead, an unlisted existing file refused."""
+    if path.name in recorded:
+        _verify_recorded_shard(path, recorded[path.name])
+        return False
+    if path.exists():
+        raise DatasetError(f"{path}: not listed in {manifest_path}; refusing to overwrite it "
+                           "(move it away, or use another folder)")
+    return True
+
+
+def commit_shard(out: Path, manifest: dict, records: list, path: Path, data: bytes, **fields) -> None:
+    """Write ``data`` to ``<path>.tmp``, append its record (``fields`` and sha256) to ``records``
+    of ``manifest``, save the manifest, then rename: a kill at any moment is resumable."""
+    _write_durable(temporary(path), data)
+    records.append({"file": path.name, **fields, "sha256": hashlib.sha256(data).hexdigest()})
+    _write_manifest(out, manifest)
+    os.replace(temporary(path), path)
+
+
+def read_shard(path: Path, record: dict, command: str) -> dict:
+    """The tensors of a shard the manifest lists, its sha256 checked; errors name the file."""
+    if not path.exists():
+        hint = f" (an interrupted {command}: rerun it to finish)" if temporary(path).exists() else ""
+        raise DatasetError(f"{path}: shard listed in the manifest is missing{hint}")
+    if sha256_file(path) != record["sha256"]:
+        raise DatasetError(f"{path}: sha256 differs from the manifest's; the shard is corrupt or was changed")
+    try:
+        return load_safetensors(path.read_bytes())
+    except (SafetensorError, ValueError) as err:
+        raise DatasetError(f"{path}: not a readable safetensors file ({err})") from err
 
 
 def _fit_shard(digits: Digits, mnist_split: str, settings: GenerationSettings, device, bar: tqdm) -> dict:
@@ -220,12 +257,7 @@ def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[i
         recorded = {s["file"]: s for s in manifest["splits"][split]["shards"]}
         for k, start in enumerate(range(0, len(digits), settings.shard_size)):
             path = out / shard_name(split, k)
-            if path.name in recorded:
-                _verify_recorded_shard(path, recorded[path.name])
-            elif path.exists():
-                raise DatasetError(f"{path}: not listed in {manifest_path}; refusing to overwrite it "
-                                   "(move it away, or use another folder)")
-            else:
+            if shard_to_write(path, recorded, manifest_path):
                 todo.append((split, path, start))
     _write_manifest(out, manifest)
     total = sum(len(d) for d in plans.values())
@@ -239,9 +271,5 @@ def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[i
             chunk = Digits(*(a[start:start + settings.shard_size] for a in (digits.images, digits.labels,
                                                                              digits.indices)))
             data = safetensors_bytes(_fit_shard(chunk, MNIST_SPLIT_OF[split], settings, device, bar))
-            _write_durable(temporary(path), data)
-            manifest["splits"][split]["shards"].append(
-                {"file": path.name, "count": len(chunk), "sha256": hashlib.sha256(data).hexdigest()})
-            _write_manifest(out, manifest)
-            os.replace(temporary(path), path)
+            commit_shard(out, manifest, manifest["splits"][split]["shards"], path, data, count=len(chunk))
     return manifest

@@ -5,13 +5,11 @@ from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load as load_safetensors
 from torch import Tensor
 from torch.utils.data import Dataset
 from torch_geometric.data import Batch
 
-from neuralgraph.data.generate import DatasetError, check_settings, read_manifest, sha256_file, temporary
+from neuralgraph.data.generate import DatasetError, check_settings, read_manifest, read_shard
 from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutations
 from neuralgraph.inr import SirenConvention
 
@@ -79,15 +77,7 @@ class InrDataset(Dataset):
     def _load_shard(self, record: dict, offset: int) -> dict[str, Tensor]:
         """The tensors of one shard, checked; ``offset`` is the split index of its first INR."""
         path = self.root / record["file"]
-        if not path.exists():
-            hint = " (an interrupted make-inrs: rerun it to finish)" if temporary(path).exists() else ""
-            raise DatasetError(f"{path}: shard listed in the manifest is missing{hint}")
-        if sha256_file(path) != record["sha256"]:
-            raise DatasetError(f"{path}: sha256 differs from the manifest's; the shard is corrupt or was changed")
-        try:
-            tensors = load_safetensors(path.read_bytes())
-        except (SafetensorError, ValueError) as err:
-            raise DatasetError(f"{path}: not a readable safetensors file ({err})") from err
+        tensors = read_shard(path, record, "make-inrs")
         layout = self.convention.layout
         expected = {key: (record["count"],) for key in ("label", "mnist_index", "psnr", "steps")}
         expected["image"] = (record["count"], 28, 28)

@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
+import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -62,6 +63,8 @@ class OneLineArgumentParser(LightningArgumentParser):
 
 class NeuralgraphCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
+        # a config's `data:` without class_path configures the INR data module
+        parser.set_defaults({"data": {"class_path": f"{MnistInrDataModule.__module__}.{MnistInrDataModule.__name__}"}})
         parser.add_argument("--test_after_fit", type=bool, default=True,
                             help="after fit, test at the best-validation checkpoint")
 
@@ -119,8 +122,9 @@ def run_lightning_cli(argv: list[str]) -> NeuralgraphCLI:
     """Run a Lightning verb (``argv[0]`` in fit/validate/test/predict) with neuralgraph defaults."""
     return NeuralgraphCLI(
         MetanetTask,
-        MnistInrDataModule,
+        L.LightningDataModule,
         subclass_mode_model=True,
+        subclass_mode_data=True,
         seed_everything_default=int(os.environ.get("NEURALGRAPH_SEED", 0)),
         trainer_defaults={
             "max_epochs": 150,

@@ -49,7 +49,27 @@ def split_ready(root: Path, split: str) -> bool:
     return entry is not None and sum(s["count"] for s in entry["shards"]) == entry["count"]
 
 
-class MnistInrDataModule(L.LightningDataModule):
+class IndexBatchDataModule(L.LightningDataModule):
+    """Loaders over index lists that the data module's ``_loader(split, shuffle)`` batches
+    (training shuffled per epoch, the others in order; predict reads the test split)."""
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        raise NotImplementedError
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+
+class MnistInrDataModule(IndexBatchDataModule):
     """MNIST INRs (SIREN 2-32-32-1) with images and labels, for every task of the package.
 
     Args:
@@ -143,15 +163,3 @@ class MnistInrDataModule(L.LightningDataModule):
             num_workers=hp.num_workers,
             persistent_workers=hp.num_workers > 0,
         )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", shuffle=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)

@@ -5,6 +5,7 @@ setting                                task                            head
 =====================================  ==============================  ==========================
 function-space operator                :class:`InrEditing`             ``WeightDecoder(k)`` (OCE)
 function-space functional              :class:`InrClassification`      ``InvariantReadout``
+function-space functional (CNN zoo)    :class:`GeneralizationPrediction` ``InvariantReadout``
 permutation-invariant functional       :class:`WeightStatisticRegression` ``InvariantReadout``
 permutation-equivariant operator       :class:`EquivariantWeightPrediction` per-edge linear
 =====================================  ==============================  ==========================
@@ -169,7 +170,28 @@ class MetanetTask(L.LightningModule):
             torch.set_rng_state(checkpoint["torch_rng_state"])
 
 
-class InrEditing(MetanetTask):
+class EpochMetricTask(MetanetTask):
+    """A task whose metrics need the whole stage (PSNR over every image, a rank correlation over
+    every network): updated per batch, computed and logged at the end of each epoch."""
+
+    def epoch_values(self, stage: str) -> dict[str, Tensor]:
+        return self.metrics(stage).compute()
+
+    def _log_epoch_metrics(self, stage: str) -> None:
+        self.log_dict(self.epoch_values(stage), sync_dist=True)
+        self.metrics(stage).reset()
+
+    def on_train_epoch_end(self):
+        self._log_epoch_metrics("train")
+
+    def on_validation_epoch_end(self):
+        self._log_epoch_metrics("val")
+
+    def on_test_epoch_end(self):
+        self._log_epoch_metrics("test")
+
+
+class InrEditing(EpochMetricTask):
     """Function-space operator: edit an INR so that it renders the edited image (OCE with ``k`` outputs).
 
     The metanetwork's features go through ``WeightDecoder(k)``; the ``k`` output INRs are
@@ -224,20 +246,10 @@ class InrEditing(MetanetTask):
     def update_metrics(self, stage, outputs, batch):
         self.metrics(stage).update(outputs["prediction"], outputs["target"])
 
-    def _log_epoch_metrics(self, stage: str) -> None:
-        values = self.metrics(stage).compute()
+    def epoch_values(self, stage: str) -> dict[str, Tensor]:
+        values = super().epoch_values(stage)
         values[f"{stage}/mse_x1e-2"] = values[f"{stage}/mse"] * 100
-        self.log_dict(values, sync_dist=True)
-        self.metrics(stage).reset()
-
-    def on_train_epoch_end(self):
-        self._log_epoch_metrics("train")
-
-    def on_validation_epoch_end(self):
-        self._log_epoch_metrics("val")
-
-    def on_test_epoch_end(self):
-        self._log_epoch_metrics("test")
+        return values
 
     def configure_callbacks(self) -> list[L.Callback]:
         return super().configure_callbacks() + [EditingGrid()]
@@ -290,6 +302,29 @@ class WeightStatisticRegression(MetanetTask):
     def update_metrics(self, stage, outputs, batch):
         self.metrics(stage)(outputs["prediction"], outputs["target"])
         self.log(f"{stage}/r2", self.metrics(stage), on_epoch=True, on_step=False, batch_size=batch.size)
+
+
+class GeneralizationPrediction(EpochMetricTask):
+    """Function-space functional: a trained CNN's test accuracy, read from its weights.
+
+    ``InvariantReadout`` on the CNN's parameter graph regresses the accuracy (MSE); reported as
+    Kendall's tau (the rank correlation NFN, NG-GNN/NG-T and ScaleGMN report on the Small CNN
+    Zoo) and R^2, over each whole stage. Data: :class:`~neuralgraph.training.cnn_zoo_datamodule.CnnZooDataModule`.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.readout = InvariantReadout(self.metanet.hidden_dim, 1, scaling=self.metanet.scaling)
+        self.add_metrics(lambda stage: torchmetrics.MetricCollection({
+            "kendall_tau": torchmetrics.KendallRankCorrCoef(), "r2": torchmetrics.R2Score()}, prefix=f"{stage}/"))
+
+    def loss_and_outputs(self, batch):
+        node, edge = self.metanet(batch.graph)
+        prediction = self.readout(batch.graph, node, edge).squeeze(-1)
+        return nn.functional.mse_loss(prediction, batch.accuracy), {"prediction": prediction}
+
+    def update_metrics(self, stage, outputs, batch):
+        self.metrics(stage).update(outputs["prediction"].detach(), batch.accuracy)
 
 
 def magnitude_prune_mask(graph, sparsity: float) -> Tensor:

@@ -1,0 +1,47 @@
+"""Converters for layers beyond Linear and Conv2d, on top of :mod:`neuralgraph.graph.modules`.
+
+**BatchNorm is folded, not represented.** At inference a ``BatchNorm`` after a convolution (or a
+``Linear``) is
+an affine map per output channel, ``y = gamma (conv(x) - mu) / sqrt(var + eps) + beta``, so it
+is absorbed into the convolution: ``W' = W gamma / sqrt(var + eps)`` (per output channel) and
+``b' = (b - mu) gamma / sqrt(var + eps) + beta``. :func:`fold_batchnorm` does this with
+``torch.fx.experimental.optimization.fuse`` and returns a module of plain convolutions whose
+parameter graph ``module_to_graph`` reads; the folded module computes the original's eval-mode
+output up to float rounding. The running statistics are not node features: a graph of the folded
+network is the graph of the function the network computes at inference.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.fx.experimental.optimization import fuse
+
+from neuralgraph.graph.core import GraphConversionError
+
+_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+
+
+def fold_batchnorm(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` (in eval mode) with every ``BatchNorm`` folded into the convolution (or
+    ``Linear``) before it.
+
+    Errors: a module in training mode (folding uses the running statistics), one that
+    ``torch.fx`` cannot trace, and a BatchNorm that does not read a layer's output directly
+    (after an activation, pooling or a merge) or tracks no running statistics.
+    """
+    if module.training:
+        raise GraphConversionError(f"{type(module).__name__} is in training mode: BatchNorm is folded with its "
+                                   "running statistics at inference; call .eval() first")
+    for name, sub in module.named_modules():
+        if isinstance(sub, _NORMS) and not sub.track_running_stats:
+            raise GraphConversionError(f"layer {name!r} ({type(sub).__name__}) tracks no running statistics: "
+                                       "it normalises with batch statistics, which no fixed weights reproduce")
+    try:
+        folded = fuse(module)
+    except Exception as err:  # fx raises TraceError, TypeError, NotImplementedError, ...
+        raise GraphConversionError(f"{type(module).__name__}: torch.fx cannot trace forward ({err})") from err
+    left = [name for name, sub in folded.named_modules() if isinstance(sub, _NORMS)]
+    if left:
+        raise GraphConversionError(f"layer {left[0]!r} ({type(folded.get_submodule(left[0])).__name__}) does not "
+                                   "directly follow a convolution or Linear, so it cannot be folded into one")
+    return folded.eval()

@@ -1,0 +1,122 @@
+"""CNN zoo: batched training is per-network exact, storage resumes and is sha-checked, the
+entries convert to parameter graphs, and GeneralizationPrediction fits through the CLI."""
+import json
+
+import pytest
+import torch
+
+from neuralgraph.cli import main
+from neuralgraph.data.cnn_zoo import (
+    ACTIVATIONS,
+    CnnZooDataset,
+    DatasetError,
+    ZooNetwork,
+    ZooSettings,
+    batched_forward,
+    make_cnn_zoo,
+    weight_statistics,
+    zoo_graph,
+)
+from neuralgraph.graph import module_to_graph
+
+TINY = ZooSettings(networks=8, shard_size=4, checkpoint_epochs=(1, 2), train_size=64, test_size=32, batch_size=32,
+                   source="embedded")
+
+
+@pytest.fixture(scope="module")
+def tiny_zoo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("zoo")
+    make_cnn_zoo(root, TINY, progress=False)
+    return root
+
+
+def entry_module(dataset: CnnZooDataset, i: int) -> ZooNetwork:
+    net = ZooNetwork(TINY.channels, ACTIVATIONS[int(dataset.tensors["activation"][i])])
+    net.load_state_dict({k: dataset.tensors[k][i] for k in net.state_dict()})
+    return net
+
+
+def test_splits_partition_the_networks(tiny_zoo):
+    data = {s: CnnZooDataset(tiny_zoo, s) for s in ("train", "val", "test")}
+    networks = {s: set(d.tensors["network"].tolist()) for s, d in data.items()}
+    assert networks["train"] | networks["val"] | networks["test"] == set(range(TINY.networks))
+    assert sum(len(n) for n in networks.values()) == TINY.networks
+    assert sum(len(d) for d in data.values()) == TINY.networks * len(TINY.checkpoint_epochs)
+    for d in data.values():
+        assert ((d.accuracy >= 0) & (d.accuracy <= 1)).all()
+
+
+def test_batched_forward_is_each_network_alone(tiny_zoo):
+    dataset = CnnZooDataset(tiny_zoo, "train")
+    x = torch.randn(5, 1, 28, 28)
+    names = list(ZooNetwork().state_dict())
+    params = [{k: dataset.tensors[k][i] for k in names} for i in range(len(dataset))]
+    together = batched_forward(params, dataset.tensors["activation"], x)
+    for i in range(len(dataset)):
+        torch.testing.assert_close(together[:, i], entry_module(dataset, i)(x), rtol=1e-5, atol=1e-5)
+
+
+def test_entries_are_the_graphs_of_their_modules(tiny_zoo):
+    dataset = CnnZooDataset(tiny_zoo, "val")
+    batch = dataset.batch(range(len(dataset)))
+    for i, graph in enumerate(batch.graph.to_data_list()):
+        expected = module_to_graph(entry_module(dataset, i))
+        assert torch.equal(graph.edge_attr, expected.edge_attr) and torch.equal(graph.x, expected.x)
+    assert torch.equal(batch.graph.x, zoo_graph(dataset.weights, dataset.biases).x)
+
+
+def test_resume_retrains_a_lost_shard_bitwise(tiny_zoo, tmp_path):
+    for path in tiny_zoo.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    lost = manifest["shards"].pop()
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / lost["file"]).unlink()
+    resumed = make_cnn_zoo(tmp_path, TINY, progress=False)
+    assert resumed["shards"][-1] == lost
+    assert (tmp_path / lost["file"]).read_bytes() == (tiny_zoo / lost["file"]).read_bytes()
+
+
+def test_refusals(tiny_zoo, tmp_path):
+    for path in tiny_zoo.iterdir():
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    with pytest.raises(DatasetError, match="networks is 8 in the manifest, but this run uses 9"):
+        make_cnn_zoo(tmp_path, ZooSettings(**{**TINY.to_dict(), "networks": 9, "checkpoint_epochs": (1, 2)}),
+                     progress=False)
+    shard = tmp_path / "zoo-00001.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-1] + b"\0")
+    with pytest.raises(DatasetError, match="zoo-00001.safetensors: sha256 differs"):
+        CnnZooDataset(tmp_path, "train")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["shards"].pop()
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DatasetError, match="4 of 8 networks trained"):
+        CnnZooDataset(tmp_path, "train")
+    with pytest.raises(ValueError, match=r"checkpoint_epochs=\(2, 1\): expected increasing"):
+        ZooSettings(checkpoint_epochs=(2, 1))
+
+
+def test_weight_statistics_by_hand():
+    w = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])
+    b = torch.tensor([[0.0, 2.0]])
+    expected = torch.tensor([[2.5, 5 / 3, 1, 1.75, 2.5, 3.25, 4, 1, 2, 0, 0.5, 1, 1.5, 2]])
+    torch.testing.assert_close(weight_statistics([w], [b]), expected)
+
+
+def test_make_cnn_zoo_cli_one_line_errors(tmp_path, capsys):
+    assert main(["make-cnn-zoo", "--out", str(tmp_path / "z"), "--epochs", "3", "1", "--source", "embedded"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("neuralgraph make-cnn-zoo: error:") and "checkpoint_epochs=(3, 1)" in err
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("config", ["gmn"])
+def test_generalization_prediction_fits(tiny_zoo, tmp_path, config):
+    from neuralgraph.training.cli import run_lightning_cli
+
+    cli = run_lightning_cli(["fit", "--config", f"configs/cnn_zoo/{config}.yaml", "--data.init_args.root",
+                             str(tiny_zoo), "--trainer.max_epochs", "1", "--trainer.default_root_dir", str(tmp_path),
+                             "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"])
+    metrics = cli.trainer.callback_metrics
+    assert {"test/kendall_tau", "test/r2", "test/loss"} <= metrics.keys()
+    assert torch.isfinite(metrics["test/loss"])
