@@ -1,0 +1,35 @@
+"""benchmarks/metanet_speed.py's comparison with the ``nfn`` package: one row per architecture and width, or a message."""
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import metanet_speed  # noqa: E402
+
+from neuralgraph.graph import mlp_to_graph  # noqa: E402
+
+ARGS = argparse.Namespace(batch=2, num_layers=2, repeats=1, widths=[4])
+
+
+def graph():
+    layout = metanet_speed.LAYOUT
+    return mlp_to_graph([torch.randn(ARGS.batch, o, i) for i, o in zip(layout, layout[1:])],
+                        [torch.randn(ARGS.batch, o) for o in layout[1:]])
+
+
+def test_comparison_rows_per_architecture_and_width():
+    pytest.importorskip("nfn")
+    table = metanet_speed.nfn_comparison(graph(), ARGS, torch.device("cpu"), lambda: None)
+    assert sorted(table) == ["dws_C4", "nfn_hnp_C4", "nfn_np_C4"]
+    for name, row in table.items():
+        assert row["peer"] == metanet_speed.NFN_PEERS[name.rsplit("_C", 1)[0]]
+        assert min(row["dense"], row["general"], row["nfn"]) > 0
+
+
+def test_comparison_skipped_with_a_message_without_nfn(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "nfn", None)  # import nfn raises ImportError
+    assert metanet_speed.nfn_comparison(graph(), ARGS, torch.device("cpu"), lambda: None) == {}
+    assert "nfn package absent: the comparison with nfn's HNPLinear/NPLinear is skipped" in capsys.readouterr().out
