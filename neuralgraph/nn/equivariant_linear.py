@@ -151,9 +151,9 @@ def dense_fold(x: Tensor, edge_attr: Tensor, widths: Sequence[int], fixed: Optio
     C, L = x.shape[1], len(widths) - 1
     sizes = [d_in * d_out for d_in, d_out in zip(widths, widths[1:])]
     B = x.shape[0] // sum(widths)
-    nodes = list(x.view(B, -1, C).split(list(widths), dim=1))
+    nodes = list(x.reshape(B, -1, C).split(list(widths), dim=1))
     edges = [block.unflatten(1, (d_out, d_in)) for block, d_in, d_out
-             in zip(edge_attr.view(B, -1, C).split(sizes, dim=1), widths, widths[1:])]
+             in zip(edge_attr.reshape(B, -1, C).split(sizes, dim=1), widths, widths[1:])]
     if fixed is None:
         return WeightSpace(nodes, edges, None)
     (max_inputs, max_outputs), (d_0, d_L) = fixed, (widths[0], widths[L])
