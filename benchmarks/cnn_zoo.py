@@ -99,7 +99,7 @@ def main() -> None:
         "",
         "| model | Kendall tau | R^2 | time (s) |",
         "|---|---|---|---|",
-    ] + [f"| {name} | {r['kendall_tau']:.3f} | {r['r2']:.3f} | {t:.0f} |" for name, r, t in rows]
+    ] + [f"| {name} | {r['kendall_tau']:.3f} | {r['r2']:.3f} | {t:.1f} |" for name, r, t in rows]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
