@@ -70,6 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--zoo", default="data/cnn_zoo")
     parser.add_argument("--epochs", type=int, default=30, help="training epochs of every model (StatNN too)")
+    parser.add_argument("--statnn-seeds", type=int, default=5, help="StatNN initialisation seeds (mean and std)")
     parser.add_argument("--configs", nargs="+", type=Path, default=CONFIGS)
     parser.add_argument("--runs", type=Path, default=Path("runs/bench_cnn_zoo"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cnn_zoo.md"))
@@ -79,7 +80,11 @@ def main() -> None:
     accuracy = torch.cat([d.accuracy for d in data.values()])
     rows = []
     start = time.perf_counter()
-    rows.append(("StatNN (MLP on weight statistics)", statnn(args.zoo, args.epochs), time.perf_counter() - start))
+    runs = [statnn(args.zoo, args.epochs, seed=seed) for seed in range(args.statnn_seeds)]
+    rows.append((f"StatNN (MLP on weight statistics), mean of {args.statnn_seeds} seeds",
+                 {key: sum(r[key] for r in runs) / len(runs) for key in runs[0]},
+                 (time.perf_counter() - start) / len(runs)))
+    spread = {key: torch.tensor([r[key] for r in runs]).std().item() for key in runs[0]}
     for config in args.configs:
         start = time.perf_counter()
         rows.append((config.stem, metanet(config, args.zoo, args.epochs, args.runs), time.perf_counter() - start))
@@ -97,7 +102,10 @@ def main() -> None:
         f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads.",
         "",
-        "| model | Kendall tau | R^2 | time (s) |",
+        f"StatNN's std over its seeds: Kendall tau {spread['kendall_tau']:.3f}, R^2 {spread['r2']:.3f} "
+        "(per seed: " + ", ".join(f"{r['kendall_tau']:.3f}" for r in runs) + "). The metanetworks: seed 0.",
+        "",
+        "| model | Kendall tau | R^2 | time per run (s) |",
         "|---|---|---|---|",
     ] + [f"| {name} | {r['kendall_tau']:.3f} | {r['r2']:.3f} | {t:.1f} |" for name, r, t in rows]
     args.out.parent.mkdir(parents=True, exist_ok=True)
