@@ -140,6 +140,7 @@ def mean_std(values: list[float]) -> tuple[float, float]:
 
 def report(meta: dict, stem: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -176,12 +177,16 @@ def report(meta: dict, stem: Path) -> None:
              title="quality (cpu protocol, mean ± std)")
     if by_arch:
         left.legend(fontsize=7)
+    else:
+        left.text(0.5, 0.5, "no cpu-protocol runs of GMN or DWS recorded yet", ha="center", transform=left.transAxes)
     for key, label in (("train_s_per_epoch", "train s/epoch"), ("edit_ms_per_inr_b32", "edit ms/INR (b32)"),
                        ("render_members_ms_b256", "render k members ms (b256)"),
                        ("render_merged_ms_b256", "render merged ms (b256)")):
         right.plot(ks, [r[key] for r in rows], marker="o", label=label)
     right.set(xscale="log", yscale="log", xticks=ks, xticklabels=ks, xlabel="k", title=f"cost of GMN ({machine})")
     right.legend(fontsize=7)
+    for axis in (left, right):
+        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     figure.tight_layout()
     figure.savefig(stem.with_suffix(".png"), dpi=120)
 
@@ -202,12 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         report(json.loads(stem.with_suffix(".json").read_text()), stem)
         return 0
-    costs = measure(args.k, args.rounds)
-    for row in costs:
-        child = subprocess.run([sys.executable, __file__, "--peak-memory", str(row["k"])], check=True,
+    memory = {}  # first, while this process is small: a child's peak RSS starts from its parent's at fork
+    for k in args.k:
+        child = subprocess.run([sys.executable, __file__, "--peak-memory", str(k)], check=True,
                                capture_output=True, text=True)
-        row["peak_rss_mb"] = float(child.stdout.strip().splitlines()[-1])
-        print(row, flush=True)
+        memory[k] = float(child.stdout.strip().splitlines()[-1])
+    costs = [{**row, "peak_rss_mb": memory[row["k"]]} for row in measure(args.k, args.rounds)]
+    print(costs, flush=True)
     meta = {"machine": machine, "platform": platform.platform(), "torch": torch.__version__,
             "load": os.getloadavg()[0], "costs": costs}
     write_atomic(stem.with_suffix(".json"), json.dumps(meta, indent=2))
