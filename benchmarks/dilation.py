@@ -24,7 +24,8 @@ Protocols (see docs/benchmarks.md for why they are sized as they are):
 * ``cpu``: 1,000/300/300 INRs, 12 epochs, every registered metanetwork and the probe- and
   gradient-feature variants (:data:`CPU_SYSTEMS`), 3 layers, each at the width whose k = 1
   parameter count is nearest GMN's (hidden 64), within 5%, at k = 1 and k = 8 (budget-matched
-  to the system's own k = 1), one seed; then GMN and DWS at k = 1, 2, 4, 8 with three seeds.
+  to the system's own k = 1), one seed; then GMN and DWS at k = 1, 2, 4, 8 with three seeds;
+  then GMN k = 1 seeds 3-23 (the ensembles of ``benchmarks/oce_ablation.py``).
   All runs share ``configs/dilation/gmn_k<k>.yaml`` (task, optimiser, batch) but the metanetwork.
 * ``cpu-large``: the ``cpu`` settings on 5,000/1,000/1,000 INRs for 30 epochs, GMN and DWS.
 * ``smoke``: every paper row at k=1 and k=2, tiny data and widths, one epoch: plumbing only.
@@ -76,8 +77,10 @@ PROTOCOLS = {
         "trainer": {"max_epochs": 150},
     },
     "cpu": {
-        # the architecture table first, then the OCE curve over k with three seeds
-        "plan": ((tuple(CPU_SYSTEMS), (1, 8), (0,)), (("gmn", "dws"), (1, 2, 4, 8), (0, 1, 2))), "systems": "cpu",
+        # the architecture table, the OCE curve over k with three seeds, then the k = 1 editors that
+        # benchmarks/oce_ablation.py averages in three ensembles of eight
+        "plan": ((tuple(CPU_SYSTEMS), (1, 8), (0,)), (("gmn", "dws"), (1, 2, 4, 8), (0, 1, 2)),
+                 (("gmn",), (1,), tuple(range(24)))), "systems": "cpu",
         "data": CPU_DATA, "trainer": {"max_epochs": 12},
     },
     "cpu-large": {

@@ -1,14 +1,17 @@
 #!/bin/sh
 # The evidence queue of docs/benchmarks.md in priority order, one run at a time, resumable:
 # rerun it to continue (recorded runs are skipped, a killed fit resumes from its last.ckpt).
-#   nohup sh benchmarks/dilation_queue.sh > benchmarks/results/dilation_queue.log 2>&1 &
+#   nohup sh benchmarks/dilation_queue.sh >> benchmarks/results/dilation_queue.log 2>&1 &
 # A failed run is retried twice (e.g. a module being edited in the working tree) before the queue stops.
 cd "$(dirname "$0")/.." || exit 1
 export NEURALGRAPH_MNIST="${NEURALGRAPH_MNIST:-/work/shared/data/mnist}"
-for protocol in cpu cpu-large; do
+dilation() {
     for attempt in 1 2 3; do
-        .venv/bin/python benchmarks/dilation.py --protocol "$protocol" && break
-        [ "$attempt" = 3 ] && exit 1
+        .venv/bin/python benchmarks/dilation.py --protocol "$1" && return 0
         sleep 60
     done
-done
+    return 1
+}
+dilation cpu || exit 1
+.venv/bin/python benchmarks/oce_ablation.py && .venv/bin/python benchmarks/oce_cost.py --report-only
+dilation cpu-large

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -114,3 +115,30 @@ def test_oce_cost_counts_the_output_network_as_members_and_as_one_merged_network
     assert editor.static["output_parameters_members"] == 2 * (2 * 32 + 32 + 32 * 32 + 32 + 32 + 1)
     assert editor.static["output_parameters_merged"] == sum(a * b + b for a, b in zip(layout, layout[1:]))
     assert editor.static["hidden_dim"] == 63 and set(editor.calls) >= {"train_s_per_epoch", "render_merged_ms_b256"}
+
+
+def test_ensemble_of_editors_averages_their_renders(tiny_inrs):
+    import oce_ablation
+    from neuralgraph.training.datamodule import MnistInrDataModule
+    from neuralgraph.training.tasks import InrEditing
+
+    torch.manual_seed(0)
+    tasks = [InrEditing(metanet="gmn", metanet_config={"hidden_dim": 8, "num_layers": 1}, k=k,
+                        normalize_inputs=False).eval() for k in (1, 2)]
+    data = MnistInrDataModule(root=str(tiny_inrs), source="embedded", batch_size=8)
+    data.setup("test")
+    with torch.no_grad():
+        outputs = [[task.loss_and_outputs(batch)[1] for batch in data.test_dataloader()] for task in tasks]
+    predictions = [torch.cat([o["prediction"] for o in task_outputs]) for task_outputs in outputs]
+    target = torch.cat([o["target"] for o in outputs[0]])
+    mse = oce_ablation.ensemble_test_mse(tasks, data)
+    assert mse == pytest.approx(float(((predictions[0] + predictions[1]) / 2 - target).pow(2).mean()), rel=1e-6)
+    assert oce_ablation.ensemble_test_mse(tasks[:1], data) == pytest.approx(
+        float((predictions[0] - target).pow(2).mean()), rel=1e-6)
+
+
+def test_ensemble_member_without_its_best_checkpoint_is_an_error_naming_the_folder(tmp_path):
+    import oce_ablation
+
+    with pytest.raises(FileNotFoundError, match=r"gmn_k1_s3/checkpoints: expected one best-\*\.ckpt, found 0"):
+        oce_ablation.best_checkpoint(tmp_path / "gmn_k1_s3")
