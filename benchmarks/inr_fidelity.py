@@ -6,9 +6,9 @@ released set's published numbers and their ratio:
 
 * per-layer std of the weights and of the biases (over all INRs, as ``neuralgraph inr-stats``);
 * the share of INRs in bias general position after quantization to 16 / 12 / 8 bits, under
-  three schemes: IEEE half precision (16 bits only), uniform symmetric with one scale per
-  tensor, and one scale per layer (``neuralgraph.theory.quantize``; uniform 16 bits is
-  ``s = max|t| / (2^15 - 1)``);
+  three schemes of ``neuralgraph.theory.quantize.quantize_mlp``: IEEE half precision (``fp16``,
+  16 bits only), uniform symmetric with one scale per tensor (``tensor``, the default of
+  ``neuralgraph audit-gp``) and one scale per layer (``layer``);
 * PSNR quantiles, the share of INRs stopped early, and the fitting time.
 
 Each finished recipe is appended as one JSON line to ``--out`` (a killed run loses only the
@@ -33,7 +33,7 @@ from neuralgraph.data.generate import inr_seed, read_manifest, split_digits
 from neuralgraph.data.inr_dataset import InrDataset
 from neuralgraph.inr import DWS_MNIST, PRESETS, FitConfig, FitResult, SirenConvention, fit_inrs
 from neuralgraph.theory.gp import audit_gp
-from neuralgraph.theory.quantize import quantize, symmetric_scale
+from neuralgraph.theory.quantize import quantize_mlp
 
 # The INR set released with DWSNets (60,000 MNIST SIRENs): per-layer std (as inr-stats prints
 # it), and the share of INRs in bias GP after quantization (published table; 16, 12, 8 bits).
@@ -63,21 +63,9 @@ def recipes() -> dict:
     return table
 
 
-def quantized_biases(weights, biases, bits: int, scheme: str) -> list[torch.Tensor]:
-    """The biases after storing the network in ``bits`` bits under ``scheme``."""
-    if scheme == "fp16":
-        return [quantize(b, 16) for b in biases]
-    # uniform b-bit: round(t / s) * s with s = max|t| / (2^(b-1) - 1) (max over a tensor or a layer)
-    out = []
-    for w, b in zip(weights, biases):
-        scale = symmetric_scale([b] if scheme == "tensor" else [w, b], bits).view(-1, 1)
-        out.append(quantize(b, min(bits, 15), scale))
-    return out
-
-
 def gp_percent(weights, biases, bits: int, scheme: str) -> float:
-    quantized = quantized_biases(weights, biases, bits, scheme)
-    return 100 * audit_gp(weights, quantized).in_gp.double().mean().item()
+    granularity = "ieee" if scheme == "fp16" else scheme
+    return 100 * audit_gp(*quantize_mlp(weights, biases, bits, granularity)).in_gp.double().mean().item()
 
 
 def fit(name: str, n: int, source: str) -> tuple[FitResult, SirenConvention, FitConfig, str, float]:

@@ -26,7 +26,7 @@ BAD_ARGUMENTS = [
     (["audit-gp", "{tmp}", "--limit", "-1"], "argument --limit: must be at least 1, got -1"),
     (["audit-gp", "{tmp}", "--limit", "0"], "argument --limit: must be at least 1, got 0"),
     (["audit-gp", "{tmp}", "--chunk", "0"], "argument --chunk: must be at least 1, got 0"),
-    (["audit-gp", "{tmp}", "--bits", "1"], "argument --bits: 1 bits: choose 32, 16 or 2..15"),
+    (["audit-gp", "{tmp}", "--bits", "1"], "argument --bits: 1 bits: choose 32 or 2..16"),
     (["expressivity-report", "--patience", "0"], "argument --patience: must be at least 1, got 0"),
     (["expressivity-report", "--layout", "2", "0", "1"], "argument --layout: must be at least 1, got 0"),
     (["expressivity-report", "--layout", "3"], "--layout 3: needs at least an input and an output width"),

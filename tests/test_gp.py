@@ -77,12 +77,26 @@ def test_batched_audit_equals_per_network_and_is_permutation_invariant(layout, b
         assert permuted.combined_tied_pairs.item() == single.combined_tied_pairs.item()
 
 
-def test_sixteen_bits_is_ieee_half_and_thirty_two_keeps_float32():
+def test_sixteen_bits_is_uniform_unless_ieee_and_thirty_two_keeps_float32():
     t = torch.randn(50, dtype=torch.float32)
-    assert torch.equal(quantize(t, 16), t.half().float())
+    assert torch.equal(quantize(t, 16, ieee=True), t.half().float())
+    scale = t.abs().max() / (2**15 - 1)
+    assert torch.equal(quantize(t, 16), torch.round(t / scale) * scale)
     assert torch.equal(quantize(t, 32), t)
     with pytest.raises(ValueError, match="layer 1 weight: values up to 7e\\+04 overflow 16-bit"):
-        quantize_mlp([torch.full((1, 1), 7e4)], [torch.zeros(1)], 16)
+        quantize_mlp([torch.full((1, 1), 7e4)], [torch.zeros(1)], 16, granularity="ieee")
+    with pytest.raises(ValueError, match="IEEE floats have 16 or 32 bits, not 12"):
+        quantize(t, 12, ieee=True)
+
+
+def test_audit_rows_name_the_scheme_and_refuse_ieee_alone_at_uniform_widths():
+    from neuralgraph.commands.audit_gp import audit_rows
+
+    networks = [random_mlp((2, 5, 5, 1), 3)]
+    rows = audit_rows(networks, [32, 16, 12], ["tensor", "ieee"], chunk=8)
+    assert [(r.bits, r.granularity) for r in rows] == [(32, "tensor"), (16, "tensor"), (16, "ieee"), (12, "tensor")]
+    with pytest.raises(ValueError, match="--bits 12: --granularity ieee applies to 16 and 32 bits only"):
+        audit_rows(networks, [16, 12], ["ieee"], chunk=8)
 
 
 @pytest.mark.parametrize("bits", [2, 5, 8, 12])

@@ -26,7 +26,7 @@ from neuralgraph.data.generate import MANIFEST
 from neuralgraph.data.inr_dataset import InrDataset
 from neuralgraph.graph import SCALING_GROUPS, GraphConversionError, graph_to_mlp, module_to_graph
 from neuralgraph.theory.gp import audit_gp
-from neuralgraph.theory.quantize import GRANULARITIES, IEEE_FORMATS, quantize_mlp
+from neuralgraph.theory.quantize import GRANULARITIES, IEEE_FORMATS, UNIFORM_BITS, is_ieee, quantize_mlp
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth")
 Networks = tuple[list[Tensor], list[Tensor]]  # batched weights [B, d_out, d_in], biases [B, d_out]
@@ -35,10 +35,11 @@ Networks = tuple[list[Tensor], list[Tensor]]  # batched weights [B, d_out, d_in]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("root", type=Path, metavar="DIR", help="INR dataset folder or folder of MLP checkpoints")
     parser.add_argument("--bits", type=bit_width, nargs="+", default=[32, 16, 12, 8],
-                        help="bit widths to audit: 32 and 16 (IEEE floats) or 2..15 (integer grid)")
+                        help="bit widths to audit: 32 (IEEE single) or 2..16 (uniform grid; 16 as IEEE half with --granularity ieee)")
     parser.add_argument("--split", default="train", help="split of an INR dataset (ignored for checkpoints)")
     parser.add_argument(
-        "--granularity", nargs="+", choices=GRANULARITIES, default=["tensor"], help="quantization scale granularity"
+        "--granularity", nargs="+", choices=GRANULARITIES, default=["tensor"],
+        help="scale of the uniform grid: per tensor, per layer, or ieee (a cast to IEEE floats at 16 bits)"
     )
     parser.add_argument("--limit", type=positive_int, default=None, help="audit at most this many networks")
     parser.add_argument("--chunk", type=positive_int, default=1024, help="networks audited at once (memory)")
@@ -49,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def bit_width(text: str) -> int:
     """argparse type of ``--bits``: a width :func:`~neuralgraph.theory.quantize.quantize_mlp` supports."""
     bits = positive_int(text)
-    if bits not in IEEE_FORMATS and not 2 <= bits <= 15:
-        raise argparse.ArgumentTypeError(f"{bits} bits: choose 32, 16 or 2..15")
+    if bits not in IEEE_FORMATS and bits not in UNIFORM_BITS:
+        raise argparse.ArgumentTypeError(f"{bits} bits: choose 32 or 2..16")
     return bits
 
 
@@ -119,9 +120,14 @@ def audit_rows(networks: Iterable[Networks], bits: list[int], granularities: lis
 
     ``group``: audit up to that scaling group too (see :func:`~neuralgraph.theory.gp.audit_gp`).
 
-    IEEE widths have no scale, so they get one row (under the first granularity).
+    32 bits is always IEEE single, one row; ``"ieee"`` applies to 16 and 32 bits only.
     """
-    settings = [(b, g) for b in bits for g in (granularities[:1] if b in IEEE_FORMATS else granularities)]
+    settings = []
+    for b in bits:
+        schemes = granularities[:1] if b == 32 else [g for g in granularities if g != "ieee" or b == 16]
+        if not schemes:
+            raise ValueError(f"--bits {b}: --granularity ieee applies to 16 and 32 bits only; add tensor or layer")
+        settings += [(b, g) for g in schemes]
     tied: dict[tuple, list[Tensor]] = defaultdict(list)
     unseparated: dict[tuple, list[Tensor]] = defaultdict(list)
     for weights, biases in chunked(networks, chunk):
@@ -152,7 +158,7 @@ def format_table(rows: list[AuditRow]) -> str:
         "|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        scale = "IEEE" if r.bits in IEEE_FORMATS else f"per {r.granularity}"
+        scale = "IEEE" if is_ieee(r.bits, r.granularity == "ieee") else f"per {r.granularity}"
         lines.append(
             f"| {r.bits} | {scale} | {r.networks} | {r.percent_gp:.2f}% | {r.percent_combined_gp:.2f}% "
             f"| {r.median_tied_pairs:g} | {r.median_unseparated_pairs:g} |"

@@ -1,13 +1,15 @@
 """Quantizing network parameters to ``b`` bits, to see how general position survives storage.
 
-Schemes, by bit width:
+Schemes:
 
-* ``32`` and ``16``: IEEE single and half precision (a cast and back; values beyond the
-  float16 range are an error, not silently infinite).
-* ``2 <= b <= 15``: uniform symmetric quantization. With ``s = max|t| / (2^(b-1) - 1)``, each
+* ``2 <= b <= 16``: uniform symmetric quantization. With ``s = max|t| / (2^(b-1) - 1)``, each
   value becomes ``s * round(t / s)`` (round to nearest, ties to even, as ``torch.round``), so
   ``t`` lands on one of ``2^b - 1`` levels symmetric around 0 and the largest magnitude is kept
-  exactly. An all-zero tensor stays zero.
+  exactly. An all-zero tensor stays zero. This is the default at 16 bits too: it is the scheme
+  whose general-position rates match the paper's table at 16 bits (docs/inr.md, docs/theory.md).
+* ``32`` bits, and ``16`` with ``ieee=True`` (granularity ``"ieee"``): IEEE single and half
+  precision (a cast and back; values beyond the float16 range are an error, not silently
+  infinite).
 
 The maximum that sets ``s`` is taken over a *granularity*:
 
@@ -16,6 +18,7 @@ The maximum that sets ``s`` is taken over a *granularity*:
   crushed onto a few levels by the scale of its larger weights.
 * ``"layer"``: one scale shared by the weight matrix and the bias vector of a layer, as when
   a layer is stored as one affine block.
+* ``"ieee"``: no scale; a cast to IEEE floats (16 or 32 bits only).
 
 For a batch ``[B, ...]`` of networks every network gets its own scales.
 """
@@ -29,8 +32,8 @@ from torch import Tensor
 from neuralgraph.theory.gp import as_batched_mlp
 
 IEEE_FORMATS = {32: torch.float32, 16: torch.float16}
-GRANULARITIES = ("tensor", "layer")
-UNIFORM_BITS = range(2, 16)
+GRANULARITIES = ("tensor", "layer", "ieee")
+UNIFORM_BITS = range(2, 17)
 
 
 def symmetric_scale(tensors: Sequence[Tensor], bits: int) -> Tensor:
@@ -39,20 +42,28 @@ def symmetric_scale(tensors: Sequence[Tensor], bits: int) -> Tensor:
     return peak / (2 ** (bits - 1) - 1)
 
 
-def quantize(t: Tensor, bits: int, scale: Tensor | None = None, name: str = "tensor") -> Tensor:
+def is_ieee(bits: int, ieee: bool = False) -> bool:
+    """Whether ``bits`` is stored as an IEEE float: always at 32 bits, at 16 only when asked."""
+    return bits == 32 or (ieee and bits in IEEE_FORMATS)
+
+
+def quantize(t: Tensor, bits: int, scale: Tensor | None = None, name: str = "tensor", ieee: bool = False) -> Tensor:
     """``t`` stored in ``bits`` bits and read back, in ``t``'s dtype.
 
     ``scale`` (uniform widths only) broadcasts against ``t``; by default it is ``t``'s own
-    ``max|t| / (2^(bits-1) - 1)``. ``name`` only labels error messages.
+    ``max|t| / (2^(bits-1) - 1)``. ``ieee=True`` casts to IEEE half at 16 bits instead.
+    ``name`` only labels error messages.
     """
-    if bits in IEEE_FORMATS:
+    if ieee and bits not in IEEE_FORMATS:
+        raise ValueError(f"{name}: IEEE floats have 16 or 32 bits, not {bits}")
+    if is_ieee(bits, ieee):
         fmt = IEEE_FORMATS[bits]
         limit = torch.finfo(fmt).max
         if bool((t.abs() > limit).any()):
             raise ValueError(f"{name}: values up to {t.abs().max().item():.4g} overflow {bits}-bit floats (max {limit:.4g})")
         return t.to(fmt).to(t.dtype)
     if bits not in UNIFORM_BITS:
-        raise ValueError(f"{name}: cannot quantize to {bits} bits; choose 32, 16 or 2..15")
+        raise ValueError(f"{name}: cannot quantize to {bits} bits; choose 32 or 2..16")
     if scale is None:
         scale = symmetric_scale([t.reshape(1, -1)], bits)[0]
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
@@ -64,23 +75,23 @@ def quantize_mlp(
 ) -> tuple[list[Tensor], list[Tensor]]:
     """Quantize an MLP (``nn.Linear`` convention, single or batched ``[B, ...]``) to ``bits`` bits.
 
-    ``granularity`` is ``"tensor"`` or ``"layer"`` (see the module docstring); it only matters
-    for the uniform widths.
+    ``granularity`` is ``"tensor"``, ``"layer"`` or ``"ieee"`` (see the module docstring).
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"unknown granularity {granularity!r}; expected one of {GRANULARITIES}")
+    ieee = granularity == "ieee"
     batched_w, batched_b, single = as_batched_mlp(weights, biases)
     new_w, new_b = [], []
     for l, (w, b) in enumerate(zip(batched_w, batched_b), start=1):
-        if bits in UNIFORM_BITS and granularity == "layer":
+        if is_ieee(bits, ieee) or bits not in UNIFORM_BITS:
+            scale_w = scale_b = None
+        elif granularity == "layer":
             shared = symmetric_scale([w, b], bits)
             scale_w, scale_b = shared.view(-1, 1, 1), shared.view(-1, 1)
-        elif bits in UNIFORM_BITS:
-            scale_w, scale_b = symmetric_scale([w], bits).view(-1, 1, 1), symmetric_scale([b], bits).view(-1, 1)
         else:
-            scale_w = scale_b = None
-        new_w.append(quantize(w, bits, scale_w, name=f"layer {l} weight"))
-        new_b.append(quantize(b, bits, scale_b, name=f"layer {l} bias"))
+            scale_w, scale_b = symmetric_scale([w], bits).view(-1, 1, 1), symmetric_scale([b], bits).view(-1, 1)
+        new_w.append(quantize(w, bits, scale_w, name=f"layer {l} weight", ieee=ieee))
+        new_b.append(quantize(b, bits, scale_b, name=f"layer {l} bias", ieee=ieee))
     if single:
         return [w[0] for w in new_w], [b[0] for b in new_b]
     return new_w, new_b
