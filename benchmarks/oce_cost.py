@@ -158,7 +158,8 @@ def report(meta: dict, stem: Path) -> None:
              "|" + "---|" * 14]
     for r in rows:
         mse = gmn.get(r["k"])
-        quality_cell = "not run yet" if not mse else "{:.3f} ± {:.3f} ({})".format(*mean_std(mse), len(mse))
+        quality_cell = ("not run yet" if not mse else f"{mse[0]:.3f} (1)" if len(mse) == 1
+                        else "{:.3f} ± {:.3f} ({})".format(*mean_std(mse), len(mse)))
         lines.append(f"| {r['k']} | {quality_cell} | {r['editor_parameters']:,} | {r['hidden_dim']} "
                      f"| {r['train_s_per_epoch']:.1f} | {r['peak_rss_mb']:.0f} | {r['edit_ms_per_inr_b1']:.1f} "
                      f"| {r['edit_ms_per_inr_b32']:.1f} | {r['render_members_ms_b1']:.3f} | {r['render_merged_ms_b1']:.3f} "
