@@ -1,4 +1,5 @@
-"""The benchmark harness end to end on its smoke protocol (every row of the paper's table, k = 1 and 2)."""
+"""The benchmark harness: end to end on its smoke protocol (every row of the paper's table at k = 1; OCE
+k > 1 trains in tests/test_training.py), and the runner's bookkeeping on stand-in fits."""
 import json
 import subprocess
 import sys
@@ -16,12 +17,13 @@ from dilation import PAPER_ROWS  # noqa: E402
 def test_dilation_smoke_protocol_writes_results_for_every_architecture(tiny_inrs, tmp_path):
     results = tmp_path / "results"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dilation.py"), "--protocol", "smoke",
-                          "--data-root", str(tiny_inrs), "--out", str(tmp_path / "runs"), "--results", str(results)],
+                          "--k", "1", "--data-root", str(tiny_inrs), "--out", str(tmp_path / "runs"),
+                          "--results", str(results)],
                          capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     (raw,) = results.glob("dilation_smoke_*.json")
     runs = json.loads(raw.read_text())["runs"]
-    assert {(r["arch"], r["k"]) for r in runs} == {(row, k) for row in PAPER_ROWS for k in (1, 2)}
+    assert {(r["arch"], r["k"]) for r in runs} == {(row, 1) for row in PAPER_ROWS}
     assert all(r["test_mse"] > 0 and r["parameters"] > 0 for r in runs)
     table = next(results.glob("dilation_smoke_*.md")).read_text()
     assert "published (full protocol) | OCE GMN k=8 | 8 | 1.06" in table and "measured (smoke" in table
