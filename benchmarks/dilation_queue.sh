@@ -4,7 +4,11 @@
 #   nohup sh benchmarks/dilation_queue.sh >> benchmarks/results/dilation_queue.log 2>&1 &
 # A failed run is retried twice (e.g. a module being edited in the working tree) before the queue stops.
 cd "$(dirname "$0")/.." || exit 1
-export NEURALGRAPH_MNIST="${NEURALGRAPH_MNIST:-/work/shared/data/mnist}"
+# the shared MNIST folder beside the checkout, as the Makefile finds it (else the package's own sources)
+if [ -z "$NEURALGRAPH_MNIST" ] && [ -d ../shared/data/mnist ]; then
+    NEURALGRAPH_MNIST="$(cd ../shared/data/mnist && pwd)"
+    export NEURALGRAPH_MNIST
+fi
 dilation() {
     for attempt in 1 2 3; do
         .venv/bin/python benchmarks/dilation.py --protocol "$1" && return 0
