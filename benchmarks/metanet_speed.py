@@ -21,8 +21,19 @@ Run: ``python benchmarks/metanet_speed.py [--threads 1] [--repeats 5] [--widths 
 from __future__ import annotations
 
 import argparse
+import atexit
+import importlib
+import io
+import re
+import shutil
 import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
+from pathlib import Path
+from types import ModuleType
 from typing import Callable
 
 import torch
@@ -37,6 +48,75 @@ from neuralgraph.nn.gmn import GMN, GMNLayer
 LAYOUT = (2, 32, 32, 1)
 PAPER_CONFIGS = {"gmn": {"hidden_dim": 128, "num_layers": 10}, "dws": {"hidden_dim": 32, "num_layers": 4}}
 NFN_PEERS = {"dws": "HNPLinear", "nfn_hnp": "HNPLinear", "nfn_np": "NPLinear"}
+BASELINE_COMMIT = "77cece5"  # main before the message-passing speed-ups (issue #12)
+BASELINE_METANETS = ("gmn", "ng_gnn", "ng_t", "nft")
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pinned_neuralgraph(commit: str = BASELINE_COMMIT) -> ModuleType:
+    """The ``neuralgraph`` package as of git ``commit``, imported beside the current one.
+
+    ``git archive`` extracts the package into a temporary directory (removed at exit) under the
+    name ``neuralgraph_<commit>``, with its own imports renamed, so its metanetworks register in
+    their own ``METANETS`` and share no module with the working tree. Returns its ``nn`` package.
+    """
+    alias = f"neuralgraph_{re.sub(r'[^0-9A-Za-z]', '_', commit)}"
+    if alias in sys.modules:
+        return importlib.import_module(f"{alias}.nn")
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", commit, "neuralgraph"],
+                             capture_output=True)
+    if archive.returncode:
+        raise RuntimeError(f"git archive {commit} neuralgraph failed in {REPO}: {archive.stderr.decode().strip()}")
+    directory = Path(tempfile.mkdtemp(prefix="neuralgraph_pinned_"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        for member in tar.getmembers():
+            if not member.isfile():
+                continue
+            target = directory / alias / Path(member.name).relative_to("neuralgraph")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            content = tar.extractfile(member).read()
+            if member.name.endswith(".py"):
+                content = re.sub(rb"\bneuralgraph(?=\.)", alias.encode(), content)
+            target.write_bytes(content)
+    sys.path.insert(0, str(directory))
+    return importlib.import_module(f"{alias}.nn")
+
+
+def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync) -> tuple[dict, float]:
+    """Fwd+bwd steps of ``name`` now and at the pinned commit, same parameters; and the max |output difference|."""
+    current = build_metanet(name, **cfg).to(graph.x.device)
+    if name not in pinned.METANETS:
+        raise ValueError(f"metanet {name!r} is not registered at the baseline commit; known: {sorted(pinned.METANETS)}")
+    old = pinned.build_metanet(name, **cfg).to(graph.x.device)
+    missing = old.load_state_dict(current.state_dict(), strict=False)
+    if missing.missing_keys or missing.unexpected_keys:
+        raise ValueError(f"{name}: parameters differ from the baseline's (missing {missing.missing_keys}, "
+                         f"unexpected {missing.unexpected_keys}); checkpoints would not load either")
+    with torch.no_grad():
+        difference = max((a - b).abs().max().item() for a, b in zip(current(graph), old(graph)))
+    return ({"new": backward_step(lambda: current(graph), sync), "old": backward_step(lambda: old(graph), sync)},
+            difference)
+
+
+def baseline_comparison(graph, args, sync) -> dict:
+    """Throughput of :data:`BASELINE_METANETS` now against ``args.baseline``, interleaved in one run."""
+    pinned = pinned_neuralgraph(args.baseline)
+    cfg = {"hidden_dim": args.hidden_dim, "num_layers": args.num_layers, "max_layers": len(LAYOUT) - 1}
+    steps, differences = {}, {}
+    for name in args.baseline_metanets:
+        pair, differences[name] = baseline_steps(name, graph, cfg, pinned, sync)
+        steps.update({(name, which): step for which, step in pair.items()})
+    rates = interleaved_rates(steps, args.batch, args.repeats)
+    print(f"\nmessage-passing metanets now vs git {args.baseline}, fwd+bwd, batch {args.batch}, median of "
+          f"{args.repeats} interleaved repetitions (graphs/s)")
+    print(f"{'metanet':<9}{'new':>9}{'old':>9}{'new/old':>9}{'max |diff|':>12}")
+    table = {}
+    for name in args.baseline_metanets:
+        new, old = rates[(name, "new")], rates[(name, "old")]
+        table[name] = {"new": new, "old": old, "difference": differences[name]}
+        print(f"{name:<9}{new:>9.1f}{old:>9.1f}{new / old:>8.2f}x{differences[name]:>12.1e}")
+    return table
 
 
 def dense_gmn_layer(layer: GMNLayer, node: Tensor, edge: Tensor, adjacency: Tensor) -> tuple[Tensor, Tensor]:
@@ -166,6 +246,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--widths", type=int, nargs="+", default=[32, 64, 128],
                         help="channel widths C of the comparison with the nfn package")
+    parser.add_argument("--baseline", default=BASELINE_COMMIT, help="git commit of the baseline metanetworks")
+    parser.add_argument("--baseline-metanets", nargs="*", default=list(BASELINE_METANETS),
+                        help="metanetworks timed against --baseline (none: skip the comparison)")
+    parser.add_argument("--only-baseline", action="store_true", help="run the comparison with --baseline only")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -178,8 +262,11 @@ def main(argv=None) -> dict:
           f"{graph.num_nodes} nodes, {graph.num_edges} edges; hidden_dim {args.hidden_dim}, {args.num_layers} layers")
 
     print(f"torch-scatter {'present' if WITH_TORCH_SCATTER else 'absent'}")
-    print(f"{'metanet':<10}{'params':>10}{'graphs/s':>12}")
     results = {"rates": {}, "device": device.type, "threads": args.threads}
+    results["baseline"] = baseline_comparison(graph, args, sync) if args.baseline_metanets else {}
+    if args.only_baseline:
+        return results
+    print(f"\n{'metanet':<10}{'params':>10}{'graphs/s':>12}")
     models = {name: build_metanet(name, hidden_dim=args.hidden_dim, num_layers=args.num_layers,
                                   max_layers=len(LAYOUT) - 1).to(device) for name in sorted(METANETS)}
     results["rates"] = interleaved_rates(

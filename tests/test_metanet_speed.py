@@ -33,3 +33,24 @@ def test_comparison_skipped_with_a_message_without_nfn(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "nfn", None)  # import nfn raises ImportError
     assert metanet_speed.nfn_comparison(graph(), ARGS, torch.device("cpu"), lambda: None) == {}
     assert "nfn package absent: the comparison with nfn's HNPLinear/NPLinear is skipped" in capsys.readouterr().out
+
+
+def test_baseline_is_the_pinned_commit_beside_the_working_tree():
+    """The pinned package is a separate import with its own registry; same parameters give the same outputs."""
+    pinned = metanet_speed.pinned_neuralgraph()
+    import neuralgraph.nn
+
+    assert pinned.__name__ == f"neuralgraph_{metanet_speed.BASELINE_COMMIT}.nn"
+    assert pinned.METANETS is not neuralgraph.nn.METANETS
+    assert pinned.METANETS["gmn"] is not neuralgraph.nn.METANETS["gmn"]
+    args = argparse.Namespace(baseline=metanet_speed.BASELINE_COMMIT, baseline_metanets=["gmn", "ng_gnn"],
+                              hidden_dim=8, num_layers=2, batch=ARGS.batch, repeats=1)
+    table = metanet_speed.baseline_comparison(graph(), args, lambda: None)
+    assert sorted(table) == ["gmn", "ng_gnn"]
+    for row in table.values():
+        assert row["difference"] < 1e-5 and min(row["new"], row["old"]) > 0
+
+
+def test_baseline_of_an_unknown_commit_names_it():
+    with pytest.raises(RuntimeError, match="git archive 0000000 neuralgraph failed"):
+        metanet_speed.pinned_neuralgraph("0000000")
