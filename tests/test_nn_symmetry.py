@@ -218,7 +218,8 @@ def permute_edges(context: GraphContext, perm: torch.Tensor) -> GraphContext:
         context.node_layer, context.node_index, edge_index, edge_layer, context.batch, context.num_graphs
     )
     reverse = None if context.reverse is None else inverse_perm[context.reverse[perm]]
-    return context._replace(edge_index=edge_index, edge_layer=edge_layer, reverse=reverse, layers=layers)
+    return context._replace(edge_index=edge_index, edge_layer=edge_layer, reverse=reverse, layers=layers,
+                            widths=None)  # reordered edges are no longer dense blocks
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES)

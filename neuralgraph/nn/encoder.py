@@ -31,7 +31,8 @@ networks (:class:`~neuralgraph.nn.weight_features.WeightFeatureLift`); any archi
 
 Alongside the features the encoder returns the :class:`GraphContext` of the batch, built once:
 the edges the layers run on, the pairing of reverse edges as an index (``reverse``), layer and
-graph of every node and, on request, nodes and edges grouped by layer (:class:`LayerIndex`).
+graph of every node, the widths of a canonical one-layout batch (``widths``, for dense per-layer
+blocks) and, on request, nodes and edges grouped by layer (:class:`LayerIndex`).
 """
 from __future__ import annotations
 
@@ -110,18 +111,26 @@ def uniform_widths(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, e
     return tuple(sizes) if canonical else None
 
 
-def layer_index(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge_layer: Tensor, batch: Tensor,
-                num_graphs: int, dense: Optional[bool] = None) -> LayerIndex:
-    """Group the nodes and edges of a batch by layer (a stable sort, no per-layer search).
-
-    ``dense``: ``None`` records :func:`uniform_widths` (layers then take their dense path when
-    the batch allows it), ``False`` never (the general path only), ``True`` requires it.
+def dense_widths(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge_layer: Tensor, batch: Tensor,
+                 num_graphs: int, dense: Optional[bool] = None) -> Optional[tuple[int, ...]]:
+    """The widths layers read dense blocks with: ``dense=None`` :func:`uniform_widths` (the dense path
+    when the batch allows it), ``False`` ``None`` (the general path only), ``True`` the widths or an error.
     """
     widths = None if dense is False else uniform_widths(node_layer, node_index, edge_index, edge_layer, batch,
                                                           num_graphs)
     if dense and widths is None:
         raise ValueError("dense=True but the batch is not one layout stored canonically (graph by graph, nodes by "
                          "layer and position, edges row-major); use dense=None to fall back to the general path")
+    return widths
+
+
+def layer_index(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge_layer: Tensor, batch: Tensor,
+                num_graphs: int, dense: Optional[bool] = None) -> LayerIndex:
+    """Group the nodes and edges of a batch by layer (a stable sort, no per-layer search).
+
+    ``dense`` as in :func:`dense_widths`, which fills ``widths``.
+    """
+    widths = dense_widths(node_layer, node_index, edge_index, edge_layer, batch, num_graphs, dense)
     num_node_layers = int(node_layer.max()) + 1 if node_layer.numel() else 0
     node_order = torch.argsort(node_layer, stable=True)
     node_counts = torch.bincount(node_layer, minlength=num_node_layers).tolist()
@@ -152,7 +161,13 @@ class GraphContext(NamedTuple):
     Layers take these fields as named tensors (each layer lists the ones it needs in
     ``MetanetLayer.context``). With reverse edges, ``edge_index``/``edge_layer`` have ``2E``
     columns, the reverse edges after the forward ones, and ``reverse[k]`` is the index of edge
-    ``k``'s opposite; layers only read the pairing through ``reverse``.
+    ``k``'s opposite; the general path reads the pairing only through ``reverse``.
+
+    ``widths`` (:func:`dense_widths`) says the batch is one layout ``(d_0, ..., d_L)`` stored
+    canonically: edge layer ``l`` of graph ``b`` is then a ``[d_{l+1}, d_l]`` block of consecutive
+    rows, and with reverse edges row ``E + k`` is the opposite of row ``k``, so layers may read
+    ``[B, d_{l+1}, d_l, C]`` views of the edge features and reduce over an axis instead of
+    scattering (their dense path).
     """
 
     edge_index: Tensor  # [2, E or 2E]
@@ -165,6 +180,7 @@ class GraphContext(NamedTuple):
     reverse: Optional[Tensor] = None  # [2E] opposite of each edge (reverse_edges=True)
     layers: Optional[LayerIndex] = None  # nodes/edges grouped by layer (layer_index=True)
     hidden: Optional[Tensor] = None  # [N] bool: hidden neuron (neither input nor its network's output)
+    widths: Optional[tuple[int, ...]] = None  # node-layer widths of a canonical one-layout batch, else None
 
 
 class EncodedGraph(NamedTuple):
@@ -195,13 +211,15 @@ def graph_context(graph: Graph, reverse_edges: bool = False, with_layer_index: b
                   dense: Optional[bool] = None) -> GraphContext:
     """The :class:`GraphContext` of ``graph``: reverse edges appended and/or layers indexed on request.
 
-    ``dense`` as in :func:`layer_index`.
+    ``dense`` as in :func:`dense_widths` (``widths`` of the context and of its layer index).
     """
     batch, count = node_graph_index(graph), num_graphs(graph)
     edge_index, edge_layer = graph.edge_index, graph.edge_layer
     num_edges = edge_index.shape[1]
+    widths = dense_widths(graph.node_layer, graph.node_index, edge_index, edge_layer, batch, count, dense)
     layers = (
-        layer_index(graph.node_layer, graph.node_index, edge_index, edge_layer, batch, count, dense)
+        layer_index(graph.node_layer, graph.node_index, edge_index, edge_layer, batch, count, False)._replace(
+            widths=widths)
         if with_layer_index else None
     )
     reverse = None
@@ -211,7 +229,7 @@ def graph_context(graph: Graph, reverse_edges: bool = False, with_layer_index: b
         reverse = reverse_edge_partner(num_edges, edge_index.device)
     hidden = (graph.node_layer > 0) & (graph.node_layer < scatter(graph.node_layer, batch, 0, count, "max")[batch])
     return GraphContext(edge_index, edge_layer, graph.node_layer, graph.node_index, batch, count, num_edges, reverse,
-                        layers, hidden)
+                        layers, hidden, widths)
 
 
 def check_index_range(name: str, index: Tensor, size: int, option: str) -> None:
@@ -263,10 +281,10 @@ class GraphEncoder(nn.Module):
         positional: ``"neuron"`` or ``"layer"`` (see the module docstring).
         reverse_edges: add a reverse edge per edge, lifted from ``[e_ij, e_ji]``.
         layer_index: group nodes and edges by layer in the context (:class:`LayerIndex`).
-        dense: with ``layer_index``, let layers read a canonical one-layout batch as dense
-            per-layer blocks: ``None`` when the batch allows it (:func:`uniform_widths`),
-            ``False`` never, ``True`` always (error otherwise). An attribute, so tests and
-            benchmarks may switch it on a built model.
+        dense: let layers read a canonical one-layout batch as dense per-layer blocks
+            (``GraphContext.widths``, ``LayerIndex.widths``): ``None`` when the batch allows it
+            (:func:`uniform_widths`), ``False`` never, ``True`` always (error otherwise). An
+            attribute, so tests and benchmarks may switch it on a built model.
         fourier_features: number of random Fourier frequencies per scalar (0: linear lift).
         fourier_scale: standard deviation of those frequencies.
         max_layers: number of weight layers the embeddings cover.
