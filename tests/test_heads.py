@@ -197,3 +197,107 @@ def test_match_budget_fewer_outputs_grow_the_width():
 def test_match_budget_impossible():
     with pytest.raises(ValueError, match="even at hidden_dim=1"):
         match_budget("gmn", {"hidden_dim": 2, "num_layers": 1}, k=10_000)
+
+
+def copy_members(source: WeightDecoder, target: WeightDecoder) -> None:
+    """``target`` (coupled) gets ``source``'s (independent) parameters: its deltas' diagonal are source's deltas."""
+    k = source.k
+    diagonal = torch.arange(k) * (k + 1)
+    with torch.no_grad():
+        target.node_head.load_state_dict(source.node_head.state_dict())
+        target.edge_head[0].load_state_dict(source.edge_head[0].state_dict())
+        target.edge_head[2].weight[diagonal] = source.edge_head[2].weight
+        target.edge_head[2].bias[diagonal] = source.edge_head[2].bias
+        target.scale.copy_(source.scale)
+
+
+def test_coupled_decoder_starts_as_the_merged_oce_network():
+    """Cross-copy scales start at zero: the wide network is exactly merge_ensemble of the k members."""
+    graph = mlp_to_graph(*random_mlps((2, 4, 3, 3, 1), 2, 3))
+    independent, node, edge = decoder_and_features(graph, k=3)
+    coupled = WeightDecoder(6, 3, max_layers=4, members="coupled").double()
+    copy_members(independent, coupled)
+    with torch.no_grad():
+        wide_w, wide_b = coupled(graph, node, edge)
+        merged_w, merged_b = merge_ensemble(*independent(graph, node, edge))
+    assert [tuple(w.shape) for w in wide_w] == [(2, 1, 12, 2), (2, 1, 9, 12), (2, 1, 9, 9), (2, 1, 1, 9)]
+    for wide, merged in zip(wide_w + wide_b, merged_w + merged_b):
+        torch.testing.assert_close(wide[:, 0], merged, rtol=0, atol=TOLERANCE)
+
+
+def test_coupled_decoder_cross_blocks():
+    """W[(m, i), (m', j)] = c_l dw_ij^(m m') off the diagonal blocks of hidden layers, and only there."""
+    graph = mlp_to_graph(*random_mlps((2, 4, 3, 1), 1, 4))
+    k = 3
+    torch.manual_seed(1)
+    coupled = WeightDecoder(6, k, max_layers=4, members="coupled").double()
+    node = torch.randn(graph.num_nodes, 6, dtype=torch.float64)
+    edge = torch.randn(graph.num_edges, 6, dtype=torch.float64)
+    with torch.no_grad():
+        coupled.cross_scale.copy_(torch.tensor([0.0, 0.7, 0.0, 0.0], dtype=torch.float64))
+        wide_w, _ = coupled(graph, node, edge)
+        nn.init.zeros_(coupled.cross_scale)
+        start_w, _ = coupled(graph, node, edge)
+        delta = coupled.deltas(node, edge)[0].view(-1, k, k)
+    blocks = delta[graph.edge_layer == 1].view(3, 4, k, k)  # mlp_to_graph stores edge (i, j) of layer 2 at 4 i + j
+    change = (wide_w[1] - start_w[1])[0, 0].view(k, 3, k, 4)  # [(m, i), (m', j)]
+    for m in range(k):
+        for n in range(k):
+            expected = torch.zeros(3, 4, dtype=torch.float64) if m == n else 0.7 * blocks[:, :, m, n]
+            torch.testing.assert_close(change[m, :, n], expected, rtol=0, atol=TOLERANCE)
+    for layer in (0, 2):
+        assert torch.equal(wide_w[layer], start_w[layer])
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 2**16), hidden=st.tuples(st.integers(2, 5), st.integers(2, 5)))
+def test_coupled_decoder_is_equivariant_to_hidden_permutations(seed, hidden):
+    """Permuting the input's hidden neurons by p permutes neuron (m, i) of the wide output to (m, p(i))."""
+    from neuralgraph.graph import permute_mlp, random_hidden_permutation
+
+    layout, k = (2, *hidden, 1), 3
+    torch.manual_seed(seed)
+    metanet = build_metanet("gmn", hidden_dim=8, num_layers=2, max_layers=3).double().eval()
+    coupled = WeightDecoder(8, k, max_layers=3, init_scale=0.5, members="coupled").double()
+    nn.init.constant_(coupled.cross_scale, 0.5)
+    weights, biases = random_mlps(layout, 2, seed)
+    perms = random_hidden_permutation(layout, torch.Generator().manual_seed(seed))
+
+    def decode(w, b):
+        graph = mlp_to_graph(w, b)
+        with torch.no_grad():
+            wide_w, wide_b = coupled(graph, *metanet(graph))
+        return [x[:, 0] for x in wide_w], [x[:, 0] for x in wide_b]
+
+    copies = [torch.cat([m * len(p) + p for m in range(k)]) for p in perms]
+    expected = permute_mlp(*decode(weights, biases), copies)
+    actual = decode(*permute_mlp(weights, biases, perms))
+    for a, e in zip(actual[0] + actual[1], expected[0] + expected[1]):
+        torch.testing.assert_close(a, e, rtol=0, atol=TOLERANCE)
+
+
+def test_tied_decoder_repeats_the_k1_decoder():
+    """k identical members, each the network of a k = 1 decoder with the same parameters."""
+    graph = mlp_to_graph(*random_mlps((2, 4, 3, 1), 2, 5))
+    single, node, edge = decoder_and_features(graph, k=1)
+    tied = WeightDecoder(6, 4, max_layers=4, members="tied").double()
+    tied.load_state_dict(single.state_dict())
+    with torch.no_grad():
+        expected, actual = single(graph, node, edge), tied(graph, node, edge)
+    for a, e in zip(actual[0] + actual[1], expected[0] + expected[1]):
+        assert a.shape[1] == 4 and torch.equal(a, e.expand_as(a))
+
+
+def test_decoder_members_parameter_counts():
+    def count(k, members):
+        return sum(p.numel() for p in WeightDecoder(6, k, max_layers=4, members=members).parameters())
+
+    assert count(8, "tied") == count(1, "independent")
+    assert count(8, "coupled") == count(8, "independent") + (8 * 8 - 8) * (6 + 1) + 4
+    assert count(1, "coupled") == count(1, "independent")
+    assert model_parameters("gmn", {"hidden_dim": 8, "num_layers": 1}, 4, members="coupled")[0] > model_parameters(
+        "gmn", {"hidden_dim": 8, "num_layers": 1}, 4)[0]
+    match = match_budget("gmn", {"hidden_dim": 32, "num_layers": 2}, k=8, members="coupled")
+    assert match.config["hidden_dim"] < match_budget("gmn", {"hidden_dim": 32, "num_layers": 2}, k=8).config["hidden_dim"]
+    with pytest.raises(ValueError, match=r"^WeightDecoder members='shared': choose one of independent, coupled, tied$"):
+        WeightDecoder(6, 2, members="shared")

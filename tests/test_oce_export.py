@@ -73,3 +73,27 @@ def test_render_reads_the_layout_from_the_tensors():
         render([merged_w[0], merged_w[1][..., :31], merged_w[2]], merged_b)
     with pytest.raises(ValueError, match=r"SIREN layer 3: bias \(1, 2\) does not match weight \(1, 1, 32\)"):
         render(merged_w, [*merged_b[:2], torch.zeros(1, 2)])
+
+
+@pytest.mark.parametrize("members, width", [("coupled", 64), ("tied", 64)])
+def test_decoder_members_train_from_the_config_and_export_one_network(tiny_inrs, tmp_path, members, width):
+    """``--model.decoder_members`` reaches the decoder; the export renders what the editor predicts."""
+    cli = run_lightning_cli(fit_args(tiny_inrs, tmp_path, extra=[
+        "--model.k", "2", "--model.decoder_members", members, "--model.match_budget", "true",
+        "--test_after_fit", "false"]))
+    checkpoint = cli.trainer.checkpoint_callback.best_model_path
+    task = InrEditing.load_from_checkpoint(checkpoint, weights_only=True).eval()
+    assert task.decoder.members == members and task.hparams.decoder_members == members
+    merged = tmp_path / "merged.safetensors"
+    assert edit("--ckpt", checkpoint, "--index", 1, "--data-root", tiny_inrs, "--out", tmp_path / "a.png",
+                "--export", merged) == 0
+    weights, biases = load_inr(merged)
+    assert weights[1].shape == (width, width)  # two copies of 2-32-32-1: wide (coupled) or merged (tied)
+    item = InrDataset(tiny_inrs, "test")[1]
+    torch.testing.assert_close(render(weights, biases), oce_average(task, item["weights"], item["biases"]),
+                               rtol=0, atol=1e-6)
+
+
+def test_unknown_decoder_members_is_an_error_naming_the_field():
+    with pytest.raises(ValueError, match=r"^InrEditing decoder_members='wide': choose one of independent, coupled, tied$"):
+        InrEditing(metanet="gmn", metanet_config={"hidden_dim": 4, "num_layers": 1}, k=2, decoder_members="wide")

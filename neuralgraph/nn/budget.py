@@ -26,10 +26,11 @@ def count_trainable(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
-def model_parameters(name: str, cfg: Mapping[str, Any], k: int, max_layers: int = MAX_LAYERS) -> tuple[int, int]:
-    """``(trainable parameters of metanet + WeightDecoder(k), hidden_dim)`` for ``build_metanet(name, **cfg)``."""
+def model_parameters(name: str, cfg: Mapping[str, Any], k: int, max_layers: int = MAX_LAYERS,
+                     members: str = "independent") -> tuple[int, int]:
+    """``(trainable parameters of metanet + WeightDecoder(k, members=members), hidden_dim)`` for ``build_metanet(name, **cfg)``."""
     metanet = build_metanet(name, **cfg)
-    decoder = WeightDecoder(metanet.hidden_dim, k, max_layers=max_layers, scaling=metanet.scaling)
+    decoder = WeightDecoder(metanet.hidden_dim, k, max_layers=max_layers, scaling=metanet.scaling, members=members)
     return count_trainable(metanet) + count_trainable(decoder), metanet.hidden_dim
 
 
@@ -43,9 +44,10 @@ def hidden_dim_step(name: str, cfg: Mapping[str, Any]) -> int:
 
 
 def match_budget(
-    name: str, cfg: Mapping[str, Any], k: int, reference_k: int = 1, max_layers: int = MAX_LAYERS
+    name: str, cfg: Mapping[str, Any], k: int, reference_k: int = 1, max_layers: int = MAX_LAYERS,
+    members: str = "independent",
 ) -> BudgetMatch:
-    """The largest ``hidden_dim`` whose metanet + ``WeightDecoder(k)`` fits the reference budget.
+    """The largest ``hidden_dim`` whose metanet + ``WeightDecoder(k, members=members)`` fits the reference budget.
 
     The reference is ``build_metanet(name, **cfg)`` with ``WeightDecoder(reference_k)``. Widths
     respect :attr:`Metanet.hidden_dim_multiple_of`. Raises ValueError when even the smallest
@@ -55,7 +57,7 @@ def match_budget(
     step = hidden_dim_step(name, cfg)
 
     def params_at(multiple: int) -> int:
-        return model_parameters(name, {**cfg, "hidden_dim": multiple * step}, k, max_layers)[0]
+        return model_parameters(name, {**cfg, "hidden_dim": multiple * step}, k, max_layers, members)[0]
 
     if params_at(1) > reference_params:
         raise ValueError(

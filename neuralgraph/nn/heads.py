@@ -4,7 +4,9 @@ r"""Heads on a metanetwork's node and edge features: a vector per graph, or new 
   predicting a network's accuracy or an INR's class): invariant to whatever permutations the
   metanetwork is equivariant to.
 * :class:`WeightDecoder` predicts ``k`` weight and bias deltas per edge and neuron, and
-  returns ``k`` edited networks per input (Output Capacity Expansion): equivariant.
+  returns ``k`` edited networks per input (Output Capacity Expansion): equivariant. Its
+  ``members`` option gives the OCE ablation's variants: one wide network decoded directly
+  (``"coupled"``) and ``k`` identical members (``"tied"``).
 
 Both take ``scaling`` (``None``, ``"sign"``, ``"scale"``), the scaling group of the metanetwork
 they read (``metanet.scaling``): the readout then pools invariants :math:`\kappa` of hidden
@@ -23,6 +25,7 @@ from torch_geometric.utils import scatter
 from neuralgraph.graph.core import Graph, GraphConversionError, common_layout, graph_to_blocks
 from neuralgraph.graph.scaling import check_group, scaling_invariant
 from neuralgraph.nn.encoder import MAX_LAYERS, check_index_range, graph_context, node_graph_index, num_graphs
+from neuralgraph.nn.ensemble import merge_ensemble
 
 
 def two_layer_mlp(in_dim: int, hidden_dim: int, out_dim: int) -> nn.Sequential:
@@ -80,8 +83,12 @@ class InvariantReadout(nn.Module):
         return self.mlp(pooled)
 
 
+# How the k output networks of a WeightDecoder relate (see its docstring).
+MEMBERS = ("independent", "coupled", "tied")
+
+
 class WeightDecoder(nn.Module):
-    r"""``k`` edited networks per input graph: :math:`w_i = w + s_l\,\Delta w_i`, :math:`b_i = b + s_l\,\Delta b_i`.
+    r"""``k`` edited networks per input graph: :math:`w^{(m)} = w + s_l\,\Delta w^{(m)}`, :math:`b^{(m)} = b + s_l\,\Delta b^{(m)}`.
 
     :math:`\Delta w \in \mathbb{R}^{E \times k}` comes from an MLP on each edge's features,
     :math:`\Delta b \in \mathbb{R}^{N \times k}` from an MLP on each non-input neuron's features
@@ -89,29 +96,57 @@ class WeightDecoder(nn.Module):
     weight layer, initialised small (``1e-2``) so that training starts from the input network.
 
     With ``scaling`` the heads are equivariant: :math:`\Delta w = (U e) \odot \mathrm{MLP}(\kappa(e))`
-    with ``U`` linear without bias (``k`` outputs), and likewise for :math:`\Delta b`.
+    with ``U`` linear without bias, and likewise for :math:`\Delta b`.
 
-    Networks are read back by ``node_layer``/``node_index`` (through
-    :func:`~neuralgraph.graph.core.graph_to_blocks`), never by storage order. Decoding needs
+    ``members`` says how the ``k`` outputs relate (the variants of the OCE ablation):
+
+    * ``"independent"`` (Output Capacity Expansion): ``k`` deltas per edge and neuron, ``k`` networks
+      returned (``[B, k, ...]``), averaged by the task; :func:`~neuralgraph.nn.ensemble.merge_ensemble`
+      turns them into one network of hidden width :math:`k h` with block-diagonal hidden layers.
+    * ``"coupled"``: one network of hidden width :math:`k h` decoded directly (``[B, 1, ...]``), hidden
+      neuron :math:`(m, i)` being copy ``m`` of neuron ``i``. The edge head emits a :math:`k \times k`
+      matrix per edge; its diagonal gives the first layer's rows, the diagonal blocks of hidden layers
+      and the output layer's columns exactly as in the merged OCE network, and its off-diagonal entries
+      the cross-copy weights of hidden layers, which OCE fixes at zero:
+
+      .. math::
+          W_l[(m, i), (m', j)] = \delta_{mm'}\,\big(w_{ij} + s_l\,\Delta w_{ij}^{(m m)}\big)
+              + (1 - \delta_{mm'})\,c_l\,\Delta w_{ij}^{(m m')}
+
+      with :math:`c_l` a per-layer scale initialised at zero, so that training starts from the merged
+      OCE network of the same deltas. Its function class contains that of OCE, with no averaging
+      constraint; hidden permutations of the input permute every copy alike (equivariant).
+    * ``"tied"``: one delta per edge and neuron replicated to all ``k`` members (a control: the
+      average of ``k`` identical networks is a ``k = 1`` decoder's network, at ``k = 1``'s parameters).
+
+    At ``k = 1`` the three are the same decoder. Networks are read back by ``node_layer``/``node_index``
+    (through :func:`~neuralgraph.graph.core.graph_to_blocks`), never by storage order. Decoding needs
     one layout per batch, and MLP graphs (one feature per edge).
     """
 
     def __init__(self, hidden_dim: int, k: int = 1, max_layers: int = MAX_LAYERS, init_scale: float = 1e-2,
-                 scaling: Optional[str] = None):
+                 scaling: Optional[str] = None, members: str = "independent"):
         super().__init__()
         if k < 1:
             raise ValueError(f"k={k}: a WeightDecoder predicts at least one network")
+        if members not in MEMBERS:
+            raise ValueError(f"WeightDecoder members={members!r}: choose one of {', '.join(MEMBERS)}")
         if scaling is not None:
             check_group(scaling)
         self.scaling = scaling
-        self.edge_lin = nn.Linear(hidden_dim, k, bias=False) if scaling else None
-        self.node_lin = nn.Linear(hidden_dim, k, bias=False) if scaling else None
         self.k = k
+        self.members = members
+        # deltas per edge and per neuron
+        edge_outputs = {"independent": k, "coupled": k * k, "tied": 1}[members]
+        node_outputs = 1 if members == "tied" else k
+        self.edge_lin = nn.Linear(hidden_dim, edge_outputs, bias=False) if scaling else None
+        self.node_lin = nn.Linear(hidden_dim, node_outputs, bias=False) if scaling else None
         self.max_layers = max_layers
         self.init_scale = init_scale
-        self.edge_head = two_layer_mlp(hidden_dim, hidden_dim, k)
-        self.node_head = two_layer_mlp(hidden_dim, hidden_dim, k)
+        self.edge_head = two_layer_mlp(hidden_dim, hidden_dim, edge_outputs)
+        self.node_head = two_layer_mlp(hidden_dim, hidden_dim, node_outputs)
         self.scale = nn.Parameter(torch.empty(max_layers))
+        self.cross_scale = nn.Parameter(torch.empty(max_layers)) if members == "coupled" and k > 1 else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -121,16 +156,24 @@ class WeightDecoder(nn.Module):
             self.edge_lin.reset_parameters()
             self.node_lin.reset_parameters()
         nn.init.constant_(self.scale, self.init_scale)
+        if self.cross_scale is not None:
+            nn.init.zeros_(self.cross_scale)
 
     def deltas(self, node_features: Tensor, edge_features: Tensor) -> tuple[Tensor, Tensor]:
-        """``[E, k]`` weight and ``[N, k]`` bias deltas (before the per-layer scale)."""
+        """Weight and bias deltas before the per-layer scale: ``[E, k]`` and ``[N, k]``
+        (``[E, k * k]`` per edge with ``members="coupled"``, entry ``m k + m'`` for copies ``(m, m')``)."""
         if self.scaling is None:
-            return self.edge_head(edge_features), self.node_head(node_features)
-        return (self.edge_lin(edge_features) * self.edge_head(scaling_invariant(edge_features, self.scaling)),
-                self.node_lin(node_features) * self.node_head(scaling_invariant(node_features, self.scaling)))
+            edge, node = self.edge_head(edge_features), self.node_head(node_features)
+        else:
+            edge = self.edge_lin(edge_features) * self.edge_head(scaling_invariant(edge_features, self.scaling))
+            node = self.node_lin(node_features) * self.node_head(scaling_invariant(node_features, self.scaling))
+        if self.members == "tied":
+            return edge.expand(-1, self.k), node.expand(-1, self.k)
+        return edge, node
 
     def forward(self, graph: Graph, node_features: Tensor, edge_features: Tensor) -> tuple[list[Tensor], list[Tensor]]:
-        """Per layer, weights ``[B, k, d_out, d_in]`` and biases ``[B, k, d_out]``."""
+        """Per layer, weights ``[B, k, d_out, d_in]`` and biases ``[B, k, d_out]``; with
+        ``members="coupled"``, one network of hidden width ``k h``: ``[B, 1, d_out', d_in']``, ``[B, 1, d_out']``."""
         if graph.edge_attr.shape[-1] != 1:
             raise GraphConversionError(
                 f"WeightDecoder decodes MLP graphs; edge_attr has {graph.edge_attr.shape[-1]} features per edge"
@@ -138,15 +181,15 @@ class WeightDecoder(nn.Module):
         layout = common_layout(graph)
         check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
         edge_delta, node_delta = self.deltas(node_features, edge_features)
+        coupled = self.cross_scale is not None
+        if coupled:
+            edge_delta = edge_delta.view(-1, self.k, self.k)
+            cross_delta, edge_delta = edge_delta, edge_delta.diagonal(dim1=1, dim2=2)
         edge_values = graph.edge_attr + self.scale[graph.edge_layer].unsqueeze(-1) * edge_delta
         node_scale = self.scale[(graph.node_layer - 1).clamp(min=0)].unsqueeze(-1)
         node_values = graph.x + node_scale * node_delta  # rows of input neurons unused
 
-        edited = copy.copy(graph)
-        edited.edge_attr = edge_values
-        weights, _ = graph_to_blocks(edited)
-        weights = [w.permute(0, 3, 1, 2) for w in weights]  # [B, d_out, d_in, k] -> [B, k, d_out, d_in]
-
+        weights = [w.permute(0, 3, 1, 2) for w in self.edge_blocks(graph, edge_values)]  # [B, k, d_out, d_in]
         B, node_graph = num_graphs(graph), node_graph_index(graph)
         biases = []
         for l, d_out in enumerate(layout[1:], start=1):
@@ -154,4 +197,27 @@ class WeightDecoder(nn.Module):
             b = node_values.new_zeros(B, d_out, self.k)
             b[node_graph[in_layer], graph.node_index[in_layer]] = node_values[in_layer]
             biases.append(b.transpose(1, 2))
-        return weights, biases
+        if not coupled:
+            return weights, biases
+        return self.couple(graph, weights, biases, cross_delta)
+
+    @staticmethod
+    def edge_blocks(graph: Graph, edge_values: Tensor) -> list[Tensor]:
+        """Per layer ``[B, d_out, d_in, *F]`` of per-edge values ``[E, *F]``, read by neuron index."""
+        edited = copy.copy(graph)
+        edited.edge_attr = edge_values.flatten(1)
+        blocks, _ = graph_to_blocks(edited)
+        return [w.unflatten(-1, edge_values.shape[1:]) for w in blocks]
+
+    def couple(self, graph: Graph, weights: list[Tensor], biases: list[Tensor],
+               cross_delta: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+        """The merged OCE network of ``weights``/``biases`` plus the cross-copy blocks of its hidden layers."""
+        k = self.k
+        off_diagonal = 1 - torch.eye(k, dtype=cross_delta.dtype, device=cross_delta.device)
+        cross = self.cross_scale[graph.edge_layer].view(-1, 1, 1) * cross_delta * off_diagonal
+        merged_w, merged_b = merge_ensemble(weights, biases)
+        blocks = self.edge_blocks(graph, cross)  # [B, d_out, d_in, k, k]
+        for l in range(1, len(merged_w) - 1):  # hidden-to-hidden layers
+            B, d_out, d_in = blocks[l].shape[:3]
+            merged_w[l] = merged_w[l] + blocks[l].permute(0, 3, 1, 4, 2).reshape(B, k * d_out, k * d_in)
+        return [w.unsqueeze(1) for w in merged_w], [b.unsqueeze(1) for b in merged_b]

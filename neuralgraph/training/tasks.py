@@ -35,6 +35,7 @@ from neuralgraph.inr import render
 from neuralgraph.morphology import EDITS
 from neuralgraph.nn import InvariantReadout, WeightDecoder, build_metanet, match_budget
 from neuralgraph.nn.budget import count_trainable
+from neuralgraph.nn.heads import MEMBERS
 from neuralgraph.data.inr_dataset import InrBatch
 from neuralgraph.training.callbacks import EditingGrid, InputStatistics
 
@@ -203,13 +204,20 @@ class InrEditing(EpochMetricTask):
         edit: name in :data:`neuralgraph.morphology.EDITS`.
         match_budget: shrink ``hidden_dim`` so that metanet + decoder(k) have no more trainable
             parameters than the given config with ``k = 1`` (both counts are logged).
+        decoder_members: the decoder's ``members`` (:class:`~neuralgraph.nn.heads.WeightDecoder`):
+            ``"independent"`` (OCE), ``"coupled"`` (one network of width ``k h``, rendered as is) or
+            ``"tied"`` (``k`` identical members); budget matching counts that decoder.
     """
 
-    def __init__(self, *args, k: int = 1, edit: str = "dilation", match_budget: bool = False, **kwargs):
+    def __init__(self, *args, k: int = 1, edit: str = "dilation", match_budget: bool = False,
+                 decoder_members: str = "independent", **kwargs):
         if edit not in EDITS:
             raise ValueError(f"edit={edit!r}: choose one of {sorted(EDITS)}")
+        if decoder_members not in MEMBERS:
+            raise ValueError(f"InrEditing decoder_members={decoder_members!r}: choose one of {', '.join(MEMBERS)}")
         super().__init__(*args, **kwargs)
-        self.decoder = WeightDecoder(self.metanet.hidden_dim, self.hparams.k, scaling=self.metanet.scaling)
+        self.decoder = WeightDecoder(self.metanet.hidden_dim, self.hparams.k, scaling=self.metanet.scaling,
+                                     members=decoder_members)
         self.edit = EDITS[edit]
         self.add_metrics(lambda stage: torchmetrics.MetricCollection({
             "mse": torchmetrics.MeanSquaredError(),
@@ -221,14 +229,15 @@ class InrEditing(EpochMetricTask):
         k = self.hparams.k
         if not self.hparams.match_budget or k == 1:
             return config
-        matched = match_budget(self.hparams.metanet, config, k)
-        print(f"budget match: {self.hparams.metanet} k={k} hidden_dim={matched.config['hidden_dim']} "
-              f"({matched.params:,} parameters) vs k=1 hidden_dim={config.get('hidden_dim')} "
+        matched = match_budget(self.hparams.metanet, config, k, members=self.hparams.decoder_members)
+        print(f"budget match: {self.hparams.metanet} k={k} ({self.hparams.decoder_members} members) "
+              f"hidden_dim={matched.config['hidden_dim']} ({matched.params:,} parameters) vs k=1 hidden_dim={config.get('hidden_dim')} "
               f"({matched.reference_params:,} parameters)")
         return matched.config
 
     def edited_networks(self, graph) -> tuple[list[Tensor], list[Tensor]]:
-        """The ``k`` output INRs per input graph: weights ``[B, k, d_out, d_in]``, biases ``[B, k, d_out]``."""
+        """The output INRs per input graph: weights ``[B, k, d_out, d_in]``, biases ``[B, k, d_out]``
+        (one network of hidden width ``k h`` with ``decoder_members="coupled"``)."""
         node, edge = self.metanet(graph)
         return self.decoder(graph, node, edge)
 
