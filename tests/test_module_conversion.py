@@ -1,9 +1,24 @@
-"""module_to_graph reads the module's data flow (torch.fx); what it cannot convert is named."""
+"""module_to_graph reads the module's data flow (torch.fx): layers, residual adds as skip edges,
+activations as a node field; round trips compute the same outputs and what it cannot convert is named."""
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
+from torch_geometric.data import Batch
 
-from neuralgraph.graph import GraphConversionError, graph_to_mlp, graph_to_module, module_to_graph
+from neuralgraph.graph import (
+    ACTIVATIONS,
+    SKIP_EDGE,
+    GraphConversionError,
+    activation_codes,
+    blocks_to_graph,
+    graph_skips,
+    graph_to_mlp,
+    graph_to_module,
+    module_to_graph,
+)
+from neuralgraph.graph.converters import fold_batchnorm
 from neuralgraph.inr import DWS_MNIST, Siren
 
 
@@ -96,7 +111,6 @@ def test_a_state_dict_out_of_data_flow_order_is_refused():
 
 @pytest.mark.parametrize("module,message", [
     (nn.Sequential(nn.Linear(2, 3), nn.Linear(6, 1)), r"layer '1' \(Linear\) cannot run on inputs of shape \(2, 3\)"),
-    (Residual(), r"node 'relu' feeds 2 nodes \('b', 'add'\): a branch or skip connection"),
     (TwoHeads(), r"layer 'body' \(Linear\) feeds 2 nodes \('left', 'right'\)"),
     (Shared(), r"layer 'layer' \(Linear\) is called more than once"),
     (LooseParameter(), r"parameter 'scale' \(LooseParameter\) is read outside a converted layer"),
@@ -107,17 +121,83 @@ def test_what_the_chain_walk_cannot_convert_is_named(module, message):
         module_to_graph(module)
 
 
-def test_a_merge_of_two_chain_values_is_named():
-    class Merge(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = nn.Linear(2, 2), nn.Linear(2, 2)
+class InputSkip(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(2, 2), nn.Linear(2, 2)
 
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x))) + x
+
+
+@pytest.mark.parametrize("make,layout,skips", [(Residual, (2, 3, 3, 1), ((1, 2),)), (InputSkip, (2, 2, 2), ((0, 2),))])
+def test_a_residual_add_becomes_identity_skip_edges_and_round_trips(make, layout, skips):
+    torch.manual_seed(0)
+    module = make()
+    graph = module_to_graph(module)
+    assert graph.layout == layout and graph_skips(graph) == skips
+    skip = graph.edge_kind == SKIP_EDGE
+    (a, b), = skips
+    assert int(skip.sum()) == layout[b] and bool((graph.edge_layer[skip] == b - 1).all())
+    src, dst = graph.edge_index[:, skip]
+    assert torch.equal(graph.node_layer[src], torch.full_like(src, a)) and torch.equal(graph.node_index[src], graph.node_index[dst])
+    assert torch.equal(graph.edge_attr[skip], torch.ones(layout[b], 1))
+    inputs = torch.randn(7, 2)
+    assert torch.equal(graph_to_module(graph, make())(inputs), module(inputs))
+
+
+class Merges(nn.Module):
+    """Residual-looking merges the graph cannot record, chosen by ``kind``."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.a, self.b, self.c = nn.Linear(2, 3), nn.Linear(3, 3), nn.Linear(3, 1)
+        self.down = nn.Linear(3, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if self.kind == "concat":
+            return torch.cat([h, self.b(h)], 1)
+        if self.kind == "multiply":
+            return h * self.b(h)
+        if self.kind == "broadcast":
+            return self.down(h) + h
+        if self.kind == "transformed skip":
+            return self.b(h) + torch.tanh(h)
+        if self.kind == "same layer":
+            return self.c(h + 2 * h)
+        return self.c(h + self.b(h) + h)  # "twice"
+
+
+@pytest.mark.parametrize("kind,message", [
+    ("concat", r"node 'cat' combines 'relu', 'b': a merge other than a residual add"),
+    ("multiply", r"node 'mul' combines 'relu', 'b'"),
+    ("broadcast", r"node 'add' adds 'relu' \(2, 3\) to 'down' \(2, 1\): a residual connection needs equal shapes"),
+    ("transformed skip", r"node 'relu' feeds 2 nodes \('b', 'tanh'\): a branch or skip connection that does not end"),
+    ("same layer", r"node 'add' adds 'relu' to 'mul', two values of layer 1 with no layer between them"),
+    ("twice", r"node 'add_1' adds a second skip from layer 1 to layer 2"),
+])
+def test_merges_the_graph_cannot_record_are_named(kind, message):
+    with pytest.raises(GraphConversionError, match=message):
+        module_to_graph(Merges(kind))
+
+
+def test_a_graph_with_skips_refuses_a_template_without_them_and_checks_its_identity_edges():
+    torch.manual_seed(0)
+    graph = module_to_graph(Residual())
+
+    class NoSkip(Residual):
         def forward(self, x):
-            return self.b(torch.relu(self.a(x))) + x  # x feeds a and add: reported at the fork
+            return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
 
-    with pytest.raises(GraphConversionError, match=r"node 'x' feeds 2 nodes \('a', 'add'\)"):
-        module_to_graph(Merge())
+    with pytest.raises(GraphConversionError, match=r"graph has residual skips \[\(1, 2\)\] .* but the template has \[\]"):
+        graph_to_module(graph, NoSkip())
+    with pytest.raises(GraphConversionError, match=r"residual skip edges \(edge_kind\): not a plain MLP"):
+        graph_to_mlp(graph)
+    graph.edge_attr[graph.edge_kind == SKIP_EDGE] = 2.0
+    with pytest.raises(GraphConversionError, match="skip edges from layer 1 to layer 2 hold features other than the identity"):
+        graph_to_module(graph, Residual())
 
 
 def test_untraceable_forward_and_tuple_output_are_named():
@@ -261,3 +341,113 @@ def test_batchnorm_folding_errors():
     net.bn1 = nn.BatchNorm2d(8, track_running_stats=False)
     with pytest.raises(GraphConversionError, match="layer 'bn1' \\(BatchNorm2d\\) tracks no running statistics"):
         fold_batchnorm(net)
+
+
+def test_each_layer_records_its_activation_and_a_second_or_unknown_one_is_refused():
+    graph = module_to_graph(DeclaredBackwards())
+    assert graph.activation.tolist() == activation_codes(["identity"] * 2 + ["tanh"] * 3 + ["identity"]).tolist()
+    siren = module_to_graph(Siren(DWS_MNIST))  # sin(30 x): the scaling is no activation, sin is
+    names = [ACTIVATIONS[int(graph_code)] for graph_code in siren.activation[torch.cumsum(torch.tensor((0,) + siren.layout[:-1]), 0)]]
+    assert names == ["identity", "sin", "sin", "identity"]
+    with pytest.raises(GraphConversionError, match=r"node 'tanh' applies tanh after relu \(layer '1' \(ReLU\)\) to the neurons of one layer"):
+        module_to_graph(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), *[Lambda(torch.tanh)], nn.Linear(3, 1)))
+    with pytest.raises(GraphConversionError, match=r"layer '1' \(Softmax\) is neither an activation of \('identity'"):
+        module_to_graph(nn.Sequential(nn.Linear(2, 3), nn.Softmax(-1)))
+    with pytest.raises(GraphConversionError, match="activation 'swish' is not in the vocabulary"):
+        activation_codes(["relu", "swish"])
+
+
+class Lambda(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def test_batched_blocks_with_skips_and_activations_equal_their_single_graphs():
+    torch.manual_seed(0)
+    layout, B = (2, 3, 3, 3, 1), 4
+    weights = [torch.randn(B, d_out, d_in, 1) for d_in, d_out in zip(layout, layout[1:])]
+    biases = [torch.randn(B, d) for d in layout[1:]]
+    codes = torch.randint(len(ACTIVATIONS), (B, len(layout)))
+    batch = blocks_to_graph(weights, biases, skips=[(1, 3)], activations=codes)
+    singles = [blocks_to_graph([w[i] for w in weights], [b[i] for b in biases], [(1, 3)], codes[i]) for i in range(B)]
+    expected = Batch.from_data_list(singles)
+    for key in ("x", "edge_index", "edge_attr", "edge_layer", "edge_kind", "node_layer", "activation", "batch"):
+        assert torch.equal(batch[key], expected[key]), key
+    for single, again in zip(singles, batch.to_data_list()):
+        assert torch.equal(single.edge_kind, again.edge_kind) and torch.equal(single.activation, again.activation)
+    with pytest.raises(GraphConversionError, match=r"skip \(0, 3\): an identity skip joins layers of equal width, not 2 and 3"):
+        blocks_to_graph(weights, biases, skips=[(0, 3)])
+    with pytest.raises(GraphConversionError, match=r"activations \(5,\): expected a long tensor \(4, 5\)"):
+        blocks_to_graph(weights, biases, activations=codes[0])
+
+
+def test_mixed_kernel_sizes_round_trip_exactly():
+    torch.manual_seed(0)
+
+    def make():
+        return nn.Sequential(nn.Conv2d(2, 4, 1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1), nn.GELU(),
+                             nn.Conv2d(4, 3, 5, padding=2), nn.Tanh(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                             nn.Linear(3, 2))
+
+    module = make()
+    graph = module_to_graph(module)
+    assert graph.layout == (2, 4, 4, 3, 2) and graph.edge_attr.shape == (8 + 16 + 12 + 6, 25)
+    one, three = graph.edge_attr[:8], graph.edge_attr[8:24]  # kernels in the first kh * kw features, zeros after
+    assert torch.equal(one[:, 0], module[0].weight.flatten()) and bool((one[:, 1:] == 0).all())
+    assert torch.equal(three[:, :9], module[2].weight.flatten(2).reshape(-1, 9)) and bool((three[:, 9:] == 0).all())
+    images = torch.randn(3, 2, 7, 7)
+    assert torch.equal(graph_to_module(graph, make())(images), module(images))
+
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block: ``relu(bn2(conv2(relu(bn1(conv1(x))))) + x)``."""
+
+    def __init__(self, channels: int, kernel: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, kernel, padding=kernel // 2, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, kernel, padding=kernel // 2, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        return torch.relu(self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))) + x)
+
+
+class SmallResNet(nn.Module):
+    """A stem convolution with BatchNorm, ``blocks`` basic blocks, global pooling and a classifier."""
+
+    def __init__(self, width: int = 4, kernels: tuple[int, ...] = (3, 3), classes: int = 10):
+        super().__init__()
+        self.stem, self.bn = nn.Conv2d(1, width, 3, padding=1), nn.BatchNorm2d(width)
+        self.blocks = nn.Sequential(*(BasicBlock(width, k) for k in kernels))
+        self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(width, classes)
+
+    def forward(self, x):
+        x = self.blocks(torch.relu(self.bn(self.stem(x))))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+@settings(max_examples=8, deadline=None)
+@given(width=st.integers(1, 5), kernels=st.lists(st.sampled_from([1, 3, 5]), max_size=3), seed=st.integers(0, 2**16))
+def test_a_resnet_with_batchnorm_folds_converts_and_round_trips(width, kernels, seed):
+    torch.manual_seed(seed)
+    net = _with_running_statistics(SmallResNet(width, tuple(kernels)).double())
+    folded = fold_batchnorm(net)
+    images = torch.randn(3, 1, 8, 8, dtype=torch.float64)
+    graph = module_to_graph(folded, images)
+    depth = 1 + 2 * len(kernels)
+    assert graph.layout == (1,) + (width,) * depth + (10,)
+    assert graph_skips(graph) == tuple((1 + 2 * i, 3 + 2 * i) for i in range(len(kernels)))
+    assert graph.edge_attr.shape[1] == max([9] + [k * k for k in kernels])
+    relu, identity = ACTIVATIONS.index("relu"), ACTIVATIONS.index("identity")
+    per_layer = [int(graph.activation[graph.node_layer == l][0]) for l in range(depth + 2)]
+    assert per_layer == [identity] + [relu] * depth + [identity]
+    rebuilt = graph_to_module(graph, fold_batchnorm(_with_running_statistics(SmallResNet(width, tuple(kernels)).double())),
+                              images)
+    inputs = torch.randn(5, 1, 8, 8, dtype=torch.float64)
+    assert torch.equal(rebuilt(inputs), folded(inputs))
+    torch.testing.assert_close(rebuilt(inputs), net(inputs), rtol=1e-10, atol=1e-10)

@@ -1,11 +1,16 @@
 """Parameter graphs: the one representation every metanetwork in neuralgraph reads."""
 from neuralgraph.graph.core import (
+    ACTIVATIONS,
+    SKIP_EDGE,
+    WEIGHT_EDGE,
     GraphConversionError,
     Layout,
     ParameterGraph,
+    activation_codes,
     blocks_to_graph,
     common_layout,
     graph_layouts,
+    graph_skips,
     graph_to_blocks,
     graph_to_mlp,
     mlp_to_graph,
@@ -16,14 +21,19 @@ from neuralgraph.graph.permutation import permute_mlp, random_hidden_permutation
 from neuralgraph.graph.scaling import SCALING_GROUPS, random_hidden_scalings, rescale_mlp, scaling_invariant
 
 __all__ = [
+    "ACTIVATIONS",
     "GraphConversionError",
     "LayerConverter",
     "Layout",
     "ParameterGraph",
     "SCALING_GROUPS",
+    "SKIP_EDGE",
+    "WEIGHT_EDGE",
+    "activation_codes",
     "blocks_to_graph",
     "common_layout",
     "graph_layouts",
+    "graph_skips",
     "graph_to_blocks",
     "graph_to_mlp",
     "graph_to_module",

@@ -21,11 +21,23 @@ field          shape         meaning
 ``layout``     tuple         ``(d_0, ..., d_L)``
 =============  ============  ==============================================================
 
+Two optional fields describe networks beyond a chain of layers with one activation:
+
+================  =======  ==================================================================
+``activation``    ``[N]``  the activation applied to the neuron's layer (an index into
+                           :data:`ACTIVATIONS`; ``identity`` where there is none)
+``edge_kind``     ``[E]``  :data:`WEIGHT_EDGE` (0) for a weight, :data:`SKIP_EDGE` (1) for a
+                           residual connection: an identity edge from neuron ``j`` of layer
+                           ``a`` to neuron ``j`` of layer ``b > a`` (``edge_layer = b - 1``,
+                           features ``[1, 0, ..., 0]``), stored after the weight edges
+================  =======  ==================================================================
+
 Input and output neurons each get their own type because their order carries meaning; hidden
 neurons of a layer share one type because they may be permuted freely.
 """
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 from typing import Optional, Sequence, Union
 
@@ -38,6 +50,12 @@ Graph = Union[Data, Batch]
 
 NODE_FIELDS = ("x", "node_layer", "node_index", "node_type")
 EDGE_FIELDS = ("edge_attr", "edge_layer")
+Skips = tuple[tuple[int, int], ...]
+
+#: Vocabulary of the ``activation`` node field: the code of an activation is its position.
+#: Settings such as LeakyReLU's slope are not part of the code; ``graph.architecture`` keeps them.
+ACTIVATIONS = ("identity", "relu", "tanh", "sigmoid", "gelu", "sin", "silu", "leaky_relu", "elu", "softplus")
+WEIGHT_EDGE, SKIP_EDGE = 0, 1
 
 
 class GraphConversionError(ValueError):
@@ -62,8 +80,16 @@ class ParameterGraph(Data):
         return super().__cat_dim__(key, value, *args, **kwargs)
 
 
+def activation_codes(names: Sequence[str]) -> Tensor:
+    """Codes of activation names in :data:`ACTIVATIONS` (one per node layer); an unknown name raises."""
+    unknown = [name for name in names if name not in ACTIVATIONS]
+    if unknown:
+        raise GraphConversionError(f"activation {unknown[0]!r} is not in the vocabulary {ACTIVATIONS}")
+    return torch.tensor([ACTIVATIONS.index(name) for name in names], dtype=torch.long)
+
+
 @lru_cache(maxsize=64)
-def _structure(layout: Layout) -> dict[str, Tensor]:
+def _structure(layout: Layout, skips: Skips = ()) -> dict[str, Tensor]:
     """Index tensors of every graph of ``layout`` (cached, CPU).
 
     Never handed out as they are: a graph gets its own copy (or a tensor computed from
@@ -88,13 +114,23 @@ def _structure(layout: Layout) -> dict[str, Tensor]:
         src.append(offsets[l - 1] + j)
         dst.append(offsets[l] + i)
         edge_layer.append(torch.full((d_in * d_out,), l - 1))
-    return {
+    num_weights = sum(len(s) for s in src)
+    for a, b in skips:  # identity edges j -> j, after the weight edges
+        src.append(offsets[a] + torch.arange(layout[a]))
+        dst.append(offsets[b] + torch.arange(layout[b]))
+        edge_layer.append(torch.full((layout[b],), b - 1))
+    structure = {
         "edge_index": torch.stack([torch.cat(src), torch.cat(dst)]),
         "node_layer": node_layer,
         "node_index": node_index,
         "node_type": node_type,
         "edge_layer": torch.cat(edge_layer),
     }
+    if skips:
+        kind = torch.full((structure["edge_layer"].numel(),), SKIP_EDGE)
+        kind[:num_weights] = WEIGHT_EDGE
+        structure["edge_kind"] = kind
+    return structure
 
 
 def num_node_types(layout: Layout) -> int:
@@ -150,14 +186,51 @@ def _check_blocks(weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]])
     return tuple(int(d) for d in layout), batch_size
 
 
-def blocks_to_graph(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> Graph:
+def _check_skips(skips: Sequence[tuple[int, int]], layout: Layout) -> Skips:
+    """Residual skips as node-layer pairs ``(a, b)``: ``a < b``, equal widths, each at most once."""
+    checked = []
+    for a, b in skips:
+        a, b = int(a), int(b)
+        if not 0 <= a < b < len(layout):
+            raise GraphConversionError(f"skip ({a}, {b}): expected node layers 0 <= a < b <= {len(layout) - 1}")
+        if layout[a] != layout[b]:
+            raise GraphConversionError(
+                f"skip ({a}, {b}): an identity skip joins layers of equal width, not {layout[a]} and {layout[b]}"
+            )
+        if (a, b) in checked:
+            raise GraphConversionError(f"skip ({a}, {b}) is given twice")
+        checked.append((a, b))
+    return tuple(checked)
+
+
+def _node_activations(activations: Tensor, layout: Layout, batch_size: Optional[int]) -> Tensor:
+    """The ``activation`` node field from per-layer codes ``[L + 1]`` (or ``[B, L + 1]`` for a batch)."""
+    expected = (len(layout),) if batch_size is None else (batch_size, len(layout))
+    if not isinstance(activations, Tensor) or activations.dtype != torch.long or tuple(activations.shape) != expected:
+        shown = tuple(activations.shape) if isinstance(activations, Tensor) else type(activations).__name__
+        raise GraphConversionError(f"activations {shown}: expected a long tensor {expected} of codes, one per node layer")
+    if bool(((activations < 0) | (activations >= len(ACTIVATIONS))).any()):
+        raise GraphConversionError(f"activations hold a code outside [0, {len(ACTIVATIONS)}) (vocabulary {ACTIVATIONS})")
+    sizes = torch.tensor(layout, device=activations.device)
+    return activations.repeat_interleave(sizes, dim=-1).reshape(-1)
+
+
+def blocks_to_graph(weights: Sequence[Tensor], biases: Sequence[Tensor], skips: Sequence[tuple[int, int]] = (),
+                    activations: Optional[Tensor] = None) -> Graph:
     """Build the graph of one network (or a batch of one layout) from edge-feature blocks.
 
     ``weights[l]`` is ``[(B,) d_out, d_in, f_l]``: the ``f_l`` features of each edge (1 for a
     linear layer, ``kh * kw`` for a convolution). Features are zero-padded to ``F = max f_l``.
     This is the one constructor behind :func:`mlp_to_graph` and ``module_to_graph``.
+
+    ``skips``: residual connections as node-layer pairs ``(a, b)``, each adding layer ``a``'s
+    values to layer ``b``'s; they become identity edges and the ``edge_kind`` field.
+    ``activations``: codes (:func:`activation_codes`) ``[L + 1]``, or ``[B, L + 1]`` for a
+    batch, of each node layer's activation; they become the ``activation`` field.
     """
     layout, batch_size = _check_blocks(weights, biases)
+    skips = _check_skips(skips, layout)
+    activation = None if activations is None else _node_activations(activations, layout, batch_size)
     single = batch_size is None
     if single:
         weights = [w.unsqueeze(0) for w in weights]
@@ -166,11 +239,17 @@ def blocks_to_graph(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> Grap
     B = batch_size
     ref = weights[0]
     width = max(w.shape[-1] for w in weights)
-    edge_attr = torch.cat(
-        [torch.nn.functional.pad(w, (0, width - w.shape[-1])).reshape(B, -1, width) for w in weights], dim=1
-    ).reshape(-1, width)
+    blocks = [torch.nn.functional.pad(w, (0, width - w.shape[-1])).reshape(B, -1, width) for w in weights]
+    num_skip_edges = sum(layout[b] for _, b in skips)
+    if num_skip_edges:
+        identity = ref.new_zeros(B, num_skip_edges, width)
+        identity[..., 0] = 1
+        blocks.append(identity)
+    edge_attr = torch.cat(blocks, dim=1).reshape(-1, width)
     x = torch.cat([ref.new_zeros(B, layout[0])] + list(biases), dim=1).reshape(-1, 1)
-    struct = _structure(layout)
+    struct = _structure(layout, skips)
+    if activation is not None:
+        struct = {**struct, "activation": activation}
     if single:
         struct = {k: v.to(ref.device, copy=True) for k, v in struct.items()}
         return ParameterGraph(x=x, edge_attr=edge_attr, layout=layout, **struct)
@@ -180,6 +259,7 @@ def blocks_to_graph(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> Grap
 def _batch_of_one_layout(x: Tensor, edge_attr: Tensor, struct: dict[str, Tensor], layout: Layout, B: int) -> Batch:
     """Assemble a ``Batch`` of ``B`` graphs of one layout with a few tensor ops.
 
+    ``struct`` holds one graph's index fields, or, for ``activation``, the whole batch's.
     The slicing bookkeeping (``_slice_dict``/``_inc_dict``) is filled exactly as
     ``Batch.from_data_list`` would, so ``to_data_list``, ``get_example`` and indexing work.
     """
@@ -188,6 +268,9 @@ def _batch_of_one_layout(x: Tensor, edge_attr: Tensor, struct: dict[str, Tensor]
     struct = {k: v.to(device) for k, v in struct.items()}  # read only: every field below is a new tensor
     graph_ids = torch.arange(B, device=device)
     edge_index = (struct["edge_index"].unsqueeze(1) + (graph_ids * N).view(1, B, 1)).reshape(2, -1)
+    node_fields = NODE_FIELDS + (("activation",) if "activation" in struct else ())
+    edge_fields = EDGE_FIELDS + (("edge_kind",) if "edge_kind" in struct else ())
+    repeated = [k for k in node_fields + edge_fields if k not in ("x", "edge_attr", "activation")]
     batch = Batch(
         _base_cls=ParameterGraph,
         x=x,
@@ -196,18 +279,19 @@ def _batch_of_one_layout(x: Tensor, edge_attr: Tensor, struct: dict[str, Tensor]
         layout=[layout] * B,
         batch=graph_ids.repeat_interleave(N),
         ptr=torch.arange(B + 1, device=device) * N,
-        **{k: struct[k].repeat(B) for k in ("node_layer", "node_index", "node_type", "edge_layer")},
+        **{k: struct[k].repeat(B) for k in repeated},
+        **({"activation": struct["activation"]} if "activation" in struct else {}),
     )
     node_slices = torch.arange(B + 1) * N
     edge_slices = torch.arange(B + 1) * E
     zeros = torch.zeros(B, dtype=torch.long)
     batch._slice_dict = {
-        **{k: node_slices for k in NODE_FIELDS},
-        **{k: edge_slices for k in EDGE_FIELDS + ("edge_index",)},
+        **{k: node_slices for k in node_fields},
+        **{k: edge_slices for k in edge_fields + ("edge_index",)},
         "layout": torch.arange(B + 1),
     }
     batch._inc_dict = {
-        **{k: zeros for k in NODE_FIELDS + EDGE_FIELDS},
+        **{k: zeros for k in node_fields + edge_fields},
         "edge_index": torch.arange(B) * N,
         "layout": None,
     }
@@ -259,9 +343,11 @@ def graph_to_blocks(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
 
     Works from ``node_layer``/``node_index``/``edge_index`` rather than the storage order, so
     a graph whose nodes or edges were relabelled still decodes to the right matrices: each edge
-    is scattered to its slot in the flattened parameter vector of its network.
+    is scattered to its slot in the flattened parameter vector of its network. Residual skip
+    edges (``edge_kind``) carry no parameter and are left out (:func:`graph_skips` reads them).
     """
     layout = common_layout(graph)
+    graph = _weight_edges(graph)
     B = graph.num_graphs if isinstance(graph, Batch) else 1
     device = graph.x.device
     sizes = torch.tensor(layout, device=device)
@@ -305,6 +391,53 @@ def graph_to_blocks(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
     ]
     biases = list(node_values[:, layout[0]:].split(layout[1:], dim=1))
     return weights, biases
+
+
+def _weight_edges(graph: Graph) -> Graph:
+    """``graph`` itself, or a shallow copy keeping only the weight edges when it has skip edges."""
+    kind = getattr(graph, "edge_kind", None)
+    if kind is None or not bool((kind != WEIGHT_EDGE).any()):
+        return graph
+    keep = kind == WEIGHT_EDGE
+    weights = copy.copy(graph)
+    weights.edge_index, weights.edge_attr = graph.edge_index[:, keep], graph.edge_attr[keep]
+    weights.edge_layer, weights.edge_kind = graph.edge_layer[keep], kind[keep]
+    return weights
+
+
+def graph_skips(graph: Graph) -> Skips:
+    """The residual skips ``(a, b)`` of a single graph, from its skip edges (``edge_kind``).
+
+    Each must be complete (neuron ``j`` of layer ``a`` to neuron ``j`` of layer ``b``, for every
+    ``j``, ``edge_layer = b - 1``) and hold the identity, features ``[1, 0, ..., 0]``.
+    """
+    kind = getattr(graph, "edge_kind", None)
+    if kind is None:
+        return ()
+    if bool(((kind != WEIGHT_EDGE) & (kind != SKIP_EDGE)).any()):
+        raise GraphConversionError(f"edge_kind holds {int(kind[(kind != WEIGHT_EDGE) & (kind != SKIP_EDGE)][0])}: "
+                                   f"expected {WEIGHT_EDGE} (weight) or {SKIP_EDGE} (skip)")
+    layout = common_layout(graph)
+    skip = kind == SKIP_EDGE
+    src, dst = graph.edge_index[:, skip]
+    a, b = graph.node_layer[src], graph.node_layer[dst]
+    pairs = sorted(set(zip(a.tolist(), b.tolist())))
+    identity = torch.zeros_like(graph.edge_attr[0])
+    identity[0] = 1
+    for pa, pb in pairs:
+        mine = (a == pa) & (b == pb)
+        if pa >= pb or int(mine.sum()) != layout[pb] or layout[pa] != layout[pb]:
+            raise GraphConversionError(f"skip edges from layer {pa} to layer {pb} are not one identity edge per neuron "
+                                       f"of two layers of equal width (layout {layout})")
+        same = graph.node_index[src[mine]] == graph.node_index[dst[mine]]
+        if not bool(same.all()) or len(set(graph.node_index[dst[mine]].tolist())) != layout[pb]:
+            raise GraphConversionError(f"skip edges from layer {pa} to layer {pb} do not join neuron j to neuron j")
+        if not bool((graph.edge_layer[skip][mine] == pb - 1).all()):
+            raise GraphConversionError(f"skip edges into layer {pb} have an edge_layer other than {pb - 1}")
+        if not bool((graph.edge_attr[skip][mine] == identity).all()):
+            raise GraphConversionError(f"skip edges from layer {pa} to layer {pb} hold features other than the "
+                                       "identity [1, 0, ..., 0]")
+    return tuple(pairs)
 
 
 def _check_indices(graph: Graph, sizes: Tensor) -> None:
@@ -362,6 +495,10 @@ def graph_to_mlp(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
             f"edge_attr has {graph.edge_attr.shape[-1]} features per edge: not an MLP graph "
             "(use graph_to_module with a template for convolutional graphs)"
         )
+    kind = getattr(graph, "edge_kind", None)
+    if kind is not None and bool((kind != WEIGHT_EDGE).any()):
+        raise GraphConversionError("graph has residual skip edges (edge_kind): not a plain MLP; use graph_to_module "
+                                   "with a template, which rebuilds the skips")
     check_finite(graph)
     weights, biases = graph_to_blocks(graph)
     weights = [w.squeeze(-1) for w in weights]

@@ -46,6 +46,7 @@ from __future__ import annotations
 import abc
 import copy
 import itertools
+import operator
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Union
@@ -54,11 +55,14 @@ import torch
 from torch import Tensor, fx, nn
 
 from neuralgraph.graph.core import (
+    ACTIVATIONS,
     Graph,
     GraphConversionError,
+    activation_codes,
     blocks_to_graph,
     check_finite,
     common_layout,
+    graph_skips,
     graph_to_blocks,
 )
 
@@ -191,12 +195,28 @@ class _Recorder(fx.Interpreter):
 @dataclass(frozen=True)
 class _Chain:
     """What the walk found: parametric layers (qualified names) in data-flow order, the
-    architecture entries of every step, and the shape and dtype of the probe input."""
+    architecture entries of every step, the residual skips ``(a, b)`` between node layers, the
+    activation of each node layer and the shape and dtype of the probe input."""
 
     layers: tuple[tuple[str, LayerConverter], ...]
     architecture: tuple[str, ...]
+    skips: tuple[tuple[int, int], ...]
+    activations: tuple[str, ...]
     probe_shape: tuple[int, ...]
     probe_dtype: torch.dtype
+
+
+_ACTIVATION_MODULES = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid", nn.GELU: "gelu", nn.SiLU: "silu",
+                       nn.LeakyReLU: "leaky_relu", nn.ELU: "elu", nn.Softplus: "softplus"}
+# parameter-free steps that act on every neuron alike or only on the spatial axes: no activation
+_STRUCTURAL_MODULES = (nn.modules.pooling._AvgPoolNd, nn.modules.pooling._MaxPoolNd,
+                       nn.modules.pooling._AdaptiveAvgPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd,
+                       nn.modules.dropout._DropoutNd, nn.Flatten, nn.Unflatten, nn.Identity)
+_STRUCTURAL_CALLS = {"flatten", "view", "reshape", "contiguous", "mean", "dropout", "mul", "truediv", "add", "sub",
+                     "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d", "max_pool2d", "max_pool3d",
+                     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+                     "adaptive_max_pool2d", "adaptive_max_pool3d"}
+_ADDS = {operator.add, torch.add, "add"}
 
 
 class _Name:
@@ -232,6 +252,25 @@ class _Walk:
         if node.op == "call_module":
             return converter_for(self.gm.get_submodule(node.target))
         return None
+
+    def activation(self, node: fx.Node) -> Optional[str]:
+        """The :data:`ACTIVATIONS` name of a parameter-free step, or None for a structural one
+        (pooling, flatten, dropout, a scaling); any other step raises."""
+        if node.op == "call_module":
+            sub = self.gm.get_submodule(node.target)
+            name = next((n for cls, n in _ACTIVATION_MODULES.items() if isinstance(sub, cls)), None)
+            structural = isinstance(sub, _STRUCTURAL_MODULES)
+        else:
+            name = node.target if node.op == "call_method" else getattr(node.target, "__name__", str(node.target))
+            name = name.rstrip("_")  # in-place variants: relu_, mul_
+            structural = name in _STRUCTURAL_CALLS
+            name = name if name in ACTIVATIONS else None
+        if name is None and not structural:
+            raise GraphConversionError(
+                f"{self.label(node)} is neither an activation of {ACTIVATIONS} nor a pooling, flatten, dropout or "
+                "scaling step, so graph.activation cannot record it"
+            )
+        return name
 
     def _probe(self, example_input: Optional[Tensor]) -> dict[fx.Node, object]:
         """Every node's value on the probe input (meta tensors): the first shape that runs through."""
@@ -271,47 +310,110 @@ class _Walk:
         raise GraphConversionError(f"{self.label(furthest.node)} cannot run on inputs of shape {shapes} (probe): {error}{layer}")
 
     def chain(self) -> _Chain:
-        """Layers and architecture of the chain; an error names the first node that is not a chain step."""
-        layers, architecture, current = [], [], None
-        data: dict[fx.Node, bool] = {}
+        """Layers, skips and architecture; an error names the first node the graph cannot record.
+
+        Every data node gets the node layer whose neurons its channels are (``level``): the
+        input 0, a converted layer a new one, a parameter-free step its input's. Each node reads
+        the chain's latest value (``head``), except a residual add, whose other operand is an
+        earlier layer's value of the same shape: a skip from that layer to the head's.
+        """
+        layers, architecture, skips = [], [], []
+        level: dict[fx.Node, int] = {}
+        activations: dict[int, tuple[str, fx.Node]] = {}
+        head = None
         for node in self.gm.graph.nodes:
             if node.op == "output":
-                if node.args[0] is not current:
+                if node.args[0] is not head:
                     raise GraphConversionError(
                         f"{type(self.module).__name__}.forward returns {node.args[0]!r}, not the single tensor "
                         "at the end of its chain of layers"
                     )
                 break
             value = self.values.get(node)
-            inputs = [i for i in node.all_input_nodes if data[i]]
-            data[node] = isinstance(value, Tensor) and (node.op == "placeholder" and current is None or bool(inputs))
-            if not data[node]:
+            inputs = [i for i in node.all_input_nodes if i in level]
+            if not isinstance(value, Tensor) or not (inputs or node.op == "placeholder" and head is None):
                 continue
-            if node.op != "placeholder":
-                if inputs != [current]:
-                    names = ", ".join(repr(i.name) for i in inputs)
-                    raise GraphConversionError(
-                        f"{self.label(node)} combines {names}: a residual connection or merge, "
-                        "which no converter handles yet"
-                    )
-                converter = self.claim(node)
-                if converter is not None:
-                    if any(name == node.target for name, _ in layers):
-                        raise GraphConversionError(f"{self.label(node)} is called more than once (shared weights)")
-                    layers.append((node.target, converter))
-                    architecture.append(converter.describe(self.gm.get_submodule(node.target)))
-                else:
-                    architecture.append(self._step(node, current))
-            users = [u for u in node.users if u.op != "output" and isinstance(self.values.get(u), Tensor)]
-            if len(users) > 1:
+            if node.op == "placeholder":
+                level[node] = 0
+            elif len(inputs) == 2 and head in inputs and self._is_add(node):
+                skip = inputs[1 - inputs.index(head)]
+                level[node] = self._skip(node, skip, head, level, skips)
+                architecture.append(self._step(node, head))
+            elif len(inputs) > 1:
+                names = ", ".join(repr(i.name) for i in inputs)
+                raise GraphConversionError(
+                    f"{self.label(node)} combines {names}: a merge other than a residual add of the chain's "
+                    "value and an earlier layer's value of the same shape"
+                )
+            elif inputs[0] is not head:
+                users = [u for u in inputs[0].users if u.op != "output" and isinstance(self.values.get(u), Tensor)]
                 names = ", ".join(repr(u.name) for u in users)
                 raise GraphConversionError(
-                    f"{self.label(node)} feeds {len(users)} nodes ({names}): a branch or skip connection, "
-                    "which no converter handles yet"
+                    f"{self.label(inputs[0])} feeds {len(users)} nodes ({names}): a branch or skip connection "
+                    "that does not end in a residual add of an unchanged value"
                 )
-            current = node
+            elif self.claim(node) is not None:
+                if any(name == node.target for name, _ in layers):
+                    raise GraphConversionError(f"{self.label(node)} is called more than once (shared weights)")
+                layers.append((node.target, self.claim(node)))
+                architecture.append(self.claim(node).describe(self.gm.get_submodule(node.target)))
+                level[node] = len(layers)
+            else:
+                architecture.append(self._step(node, head))
+                level[node] = level[head]
+                name = self.activation(node)
+                if name is not None:
+                    if level[node] in activations:
+                        first, at = activations[level[node]]
+                        raise GraphConversionError(
+                            f"{self.label(node)} applies {name} after {first} ({self.label(at)}) to the neurons of "
+                            "one layer; graph.activation holds one activation per layer"
+                        )
+                    activations[level[node]] = (name, node)
+            head = node
         if not layers:
             raise GraphConversionError(f"{type(self.module).__name__} has no parametric layers to convert")
+        self._check_parameters(layers)
+        names = tuple(activations[l][0] if l in activations else "identity" for l in range(len(layers) + 1))
+        return _Chain(tuple(layers), tuple(architecture), tuple(skips), names, self.probe_shape, self.probe_dtype)
+
+    def _is_add(self, node: fx.Node) -> bool:
+        target = node.target if node.op in ("call_function", "call_method") else None
+        return target in _ADDS and len(node.args) == 2 and not node.kwargs
+
+    def _skip(self, node: fx.Node, skip: fx.Node, head: fx.Node, level: dict[fx.Node, int],
+              skips: list[tuple[int, int]]) -> int:
+        """Record the residual add ``node`` of ``skip`` (an earlier value) to ``head``; the head's level."""
+        a, b = level[skip], level[head]
+        shapes = tuple(self.values[skip].shape), tuple(self.values[head].shape)
+        if shapes[0] != shapes[1]:
+            raise GraphConversionError(
+                f"{self.label(node)} adds {skip.name!r} {shapes[0]} to {head.name!r} {shapes[1]}: a residual "
+                "connection needs equal shapes"
+            )
+        if a == b:
+            raise GraphConversionError(
+                f"{self.label(node)} adds {skip.name!r} to {head.name!r}, two values of layer {b} with no layer "
+                "between them: a merge the graph cannot record"
+            )
+        widths = {l: self._width(l, level) for l in (a, b)}
+        if not shapes[0][1:2] == (widths[a],) == (widths[b],):
+            raise GraphConversionError(
+                f"{self.label(node)} adds values of shape {shapes[0]} that do not keep the {widths[a]} and "
+                f"{widths[b]} neurons of layers {a} and {b} on dimension 1: no identity between neurons"
+            )
+        if (a, b) in skips:
+            raise GraphConversionError(f"{self.label(node)} adds a second skip from layer {a} to layer {b}")
+        skips.append((a, b))
+        return b
+
+    def _width(self, l: int, level: dict[fx.Node, int]) -> int:
+        """Number of neurons (channels) of node layer ``l``: dim 1 of the value that starts it."""
+        start = next(n for n, k in level.items() if k == l)
+        return self.values[start].shape[1]
+
+    def _check_parameters(self, layers: list[tuple[str, LayerConverter]]) -> None:
+        """Every parameter of the module belongs to a converted layer."""
         held = {name for name, _ in layers}
         for name, _ in self.module.named_parameters():
             owner = name.rpartition(".")[0]
@@ -327,7 +429,6 @@ class _Walk:
                     f"parameter {name!r} ({cls}) is read outside a converted layer or never used by forward; "
                     f"register a converter for {cls} with @register_converter({cls})"
                 )
-        return _Chain(tuple(layers), tuple(architecture), self.probe_shape, self.probe_dtype)
 
     def _step(self, node: fx.Node, current: fx.Node) -> str:
         """Architecture entry of a parameter-free step; a leaf module with parameters has no converter."""
@@ -382,7 +483,7 @@ def _state_dict_layers(state_dict: StateDict) -> list[tuple[str, Tensor, Optiona
     return layers
 
 
-def _to_graph(layers) -> Graph:
+def _to_graph(layers, chain: Optional[_Chain] = None) -> Graph:
     blocks, biases, in_neurons = [], [], None
     for name, weight, bias, converter in layers:
         weight = weight.detach()
@@ -395,21 +496,26 @@ def _to_graph(layers) -> Graph:
         blocks.append(block)
         biases.append(weight.new_zeros(block.shape[0]) if bias is None else bias.detach())
         in_neurons = block.shape[0]
-    return blocks_to_graph(blocks, biases)
+    if chain is None:
+        return blocks_to_graph(blocks, biases)
+    codes = activation_codes(chain.activations).to(blocks[0].device)
+    return blocks_to_graph(blocks, biases, chain.skips, codes)
 
 
 def module_to_graph(source: Union[nn.Module, StateDict], example_input: Optional[Tensor] = None) -> Graph:
     """Parameter graph of a module (read through its ``torch.fx`` data flow) or of its state dict.
 
     Layers without a bias get bias 0 on their nodes. Every step of the module's chain (layers
-    with their settings, activations, pooling, ...) is kept as ``graph.architecture``.
+    with their settings, activations, pooling, residual adds, ...) is kept as
+    ``graph.architecture``; the activation of each layer as the ``activation`` node field and
+    residual adds as skip edges (``edge_kind``). A state dict gives neither.
     ``example_input`` (a batch) is the probe input; by default it is built from the first
     layer (``[2, in_features]``, or the smallest square image that runs through the network).
     The module rebuilt from the graph must compute exactly the module's output on it.
     """
     if isinstance(source, nn.Module):
         chain = _Walk(source, example_input).chain()
-        graph = _to_graph(_module_layers(source, chain))
+        graph = _to_graph(_module_layers(source, chain), chain)
         graph.architecture = chain.architecture
         _check_rebuilt(graph, source, chain, example_input)
         return graph
@@ -477,6 +583,11 @@ def _load(graph: Graph, result, read_layers, chain: Optional[_Chain]):
         if bias is None and bool((b != 0).any()):
             raise GraphConversionError(f"layer {name!r}: template has no bias but the graph's biases are nonzero")
         updates.append((name, weight, bias, conv.from_block(block[..., :width].contiguous(), weight).to(weight.dtype), b))
+    if chain is not None and graph_skips(graph) != tuple(sorted(chain.skips)):
+        raise GraphConversionError(
+            f"graph has residual skips {list(graph_skips(graph))} (node layers a -> b) but the template has "
+            f"{sorted(chain.skips)}"
+        )
     recorded = getattr(graph, "architecture", None)
     if chain is not None and recorded is not None and tuple(recorded) != chain.architecture:
         step, (found, wanted) = next(
