@@ -61,8 +61,31 @@ def test_entries_are_the_graphs_of_their_modules(tiny_zoo):
     batch = dataset.batch(range(len(dataset)))
     for i, graph in enumerate(batch.graph.to_data_list()):
         expected = module_to_graph(entry_module(dataset, i))
-        assert torch.equal(graph.edge_attr, expected.edge_attr) and torch.equal(graph.x, expected.x)
-    assert torch.equal(batch.graph.x, zoo_graph(dataset.weights, dataset.biases).x)
+        for key in ("edge_attr", "x", "edge_index", "activation"):
+            assert torch.equal(graph[key], expected[key]), key
+    assert torch.equal(batch.graph.x, zoo_graph(dataset.weights, dataset.biases, dataset.tensors["activation"]).x)
+
+
+def test_a_mixed_activation_zoo_is_one_dataset_whose_graphs_name_their_activation(tiny_zoo):
+    """Every entry's hidden neurons carry its network's activation; a metanetwork with
+    node_activations=True reads them, so networks that differ only in activation encode apart."""
+    from neuralgraph.graph import ACTIVATIONS as GRAPH_ACTIVATIONS
+    from neuralgraph.nn import build_metanet
+
+    dataset = CnnZooDataset(tiny_zoo, "train")
+    graph = dataset.batch(range(len(dataset))).graph
+    hidden = (graph.node_layer > 0) & (graph.node_layer < 4)
+    names = [GRAPH_ACTIVATIONS[int(c)] for c in graph.activation[hidden]]
+    assert names == [ACTIVATIONS[int(a)] for a in dataset.tensors["activation"][graph.batch[hidden]]]
+    assert len(set(names)) > 1 and bool((graph.activation[~hidden] == 0).all())
+    torch.manual_seed(0)
+    metanet = build_metanet("gmn", hidden_dim=8, num_layers=1, edge_features=9, node_activations=True).eval()
+    relabelled = graph.clone()
+    relabelled.activation = torch.where(hidden, (graph.activation % 3) + 1, graph.activation)  # another activation
+    assert not torch.allclose(metanet(graph)[0], metanet(relabelled)[0])
+    del relabelled.activation
+    with pytest.raises(ValueError, match="graph has no field activation"):
+        metanet(relabelled)
 
 
 def test_resume_retrains_a_lost_shard_bitwise(tiny_zoo, tmp_path):

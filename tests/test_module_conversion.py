@@ -451,3 +451,49 @@ def test_a_resnet_with_batchnorm_folds_converts_and_round_trips(width, kernels, 
     inputs = torch.randn(5, 1, 8, 8, dtype=torch.float64)
     assert torch.equal(rebuilt(inputs), folded(inputs))
     torch.testing.assert_close(rebuilt(inputs), net(inputs), rtol=1e-10, atol=1e-10)
+
+
+def _permuted_residual(module: Residual, perm: torch.Tensor) -> Residual:
+    """``module`` with the neurons of layers 1 and 2 (joined by the skip) permuted alike: the same function."""
+    permuted = Residual().double()
+    with torch.no_grad():
+        permuted.a.weight.copy_(module.a.weight[perm]), permuted.a.bias.copy_(module.a.bias[perm])
+        permuted.b.weight.copy_(module.b.weight[perm][:, perm]), permuted.b.bias.copy_(module.b.bias[perm])
+        permuted.c.weight.copy_(module.c.weight[:, perm]), permuted.c.bias.copy_(module.c.bias)
+    return permuted
+
+
+@pytest.mark.parametrize("name", ["gmn", "ng_gnn", "nft"])
+def test_message_passing_metanets_read_skip_edges_and_respect_the_residual_symmetry(name):
+    """Permuting the neurons a skip joins alike preserves the function; the readout (float64) is unchanged."""
+    from neuralgraph.nn import InvariantReadout, build_metanet
+
+    torch.manual_seed(0)
+    module = Residual().double()
+    perm = torch.tensor([2, 0, 1])
+    inputs = torch.randn(4, 2, dtype=torch.float64)
+    torch.testing.assert_close(_permuted_residual(module, perm)(inputs), module(inputs), rtol=1e-12, atol=1e-12)
+    graphs = Batch.from_data_list([module_to_graph(module), module_to_graph(_permuted_residual(module, perm))])
+    metanet = build_metanet(name, hidden_dim=8, num_layers=2, skip_edges=True).double().eval()
+    readout = InvariantReadout(8, 3).double().eval()
+    out = readout(graphs, *metanet(graphs))
+    torch.testing.assert_close(out[0], out[1], rtol=1e-10, atol=1e-10)
+    broken = _permuted_residual(module, perm)  # control: layer 2 unpermuted, the skip now joins other neurons
+    with torch.no_grad():
+        broken.b.weight.copy_(module.b.weight[:, perm]), broken.b.bias.copy_(module.b.bias)
+        broken.c.weight.copy_(module.c.weight)
+    control = Batch.from_data_list([module_to_graph(module), module_to_graph(broken)])
+    out = readout(control, *metanet(control))
+    assert not torch.allclose(out[0], out[1], rtol=1e-6, atol=1e-6)
+    plain = build_metanet(name, hidden_dim=8, num_layers=2).double()
+    with pytest.raises(ValueError, match="graph field edge_kind marks residual skip edges.*skip_edges=True"):
+        plain(graphs)
+
+
+@pytest.mark.parametrize("name,options", [("dws", {}), ("nfn_hnp", {}), ("gmn", {"probe_features": 4}),
+                                          ("scalegmn", {"activation": "relu"})])
+def test_metanets_that_assume_consecutive_layers_refuse_skip_edges(name, options):
+    from neuralgraph.nn import build_metanet
+
+    with pytest.raises(ValueError, match="skip_edges=True with per-layer tables"):
+        build_metanet(name, hidden_dim=8, num_layers=1, skip_edges=True, **options)

@@ -48,7 +48,7 @@ from neuralgraph.data.generate import (
     shard_to_write,
 )
 from neuralgraph.data.mnist import PathLike, load_digits
-from neuralgraph.graph import blocks_to_graph
+from neuralgraph.graph import activation_codes, blocks_to_graph
 
 FORMAT = "neuralgraph-cnn-zoo/1"
 ACTIVATIONS = ("relu", "tanh", "gelu")
@@ -339,10 +339,19 @@ class ZooBatch(NamedTuple):
         return int(self.accuracy.shape[0])
 
 
-def zoo_graph(weights: list[Tensor], biases: list[Tensor]) -> Batch:
+def zoo_graph(weights: list[Tensor], biases: list[Tensor], activation: Tensor) -> Batch:
     """Parameter graphs of a batch of zoo CNNs: each 3x3 kernel is the 9 features of its
-    channel->channel edge, the classifier's weights one feature per edge (zero-padded to 9)."""
-    return blocks_to_graph([w.flatten(3) if w.dim() == 5 else w.unsqueeze(-1) for w in weights], biases)
+    channel->channel edge, the classifier's weights one feature per edge (zero-padded to 9).
+
+    ``activation`` ``[B]``: each network's activation as an index into :data:`ACTIVATIONS`; the
+    graphs' ``activation`` node field holds it on the three convolutions' neurons (``identity``
+    on the input and the logits), as ``module_to_graph`` of the :class:`ZooNetwork` records it.
+    """
+    codes = activation_codes(ACTIVATIONS).to(activation.device)[activation]  # zoo index -> graph code
+    identity = torch.zeros_like(codes)
+    per_layer = torch.stack([identity, codes, codes, codes, identity], dim=1)
+    return blocks_to_graph([w.flatten(3) if w.dim() == 5 else w.unsqueeze(-1) for w in weights], biases,
+                           activations=per_layer)
 
 
 class CnnZooDataset(Dataset):
@@ -395,8 +404,8 @@ class CnnZooDataset(Dataset):
     def batch(self, indices: Sequence[int] | Tensor) -> ZooBatch:
         """Entries ``indices`` as one :class:`ZooBatch` (a ``DataLoader``'s ``collate_fn``)."""
         index = torch.as_tensor(indices, dtype=torch.long)
-        return ZooBatch(zoo_graph([w[index] for w in self.weights], [b[index] for b in self.biases]),
-                        self.accuracy[index], index)
+        return ZooBatch(zoo_graph([w[index] for w in self.weights], [b[index] for b in self.biases],
+                                  self.tensors["activation"][index]), self.accuracy[index], index)
 
 
 STATISTIC_QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)

@@ -19,13 +19,27 @@ Shipped converters:
 **Data flow.** A module is read through its real data flow: ``torch.fx`` traces ``forward``
 (layers with a converter stay single calls) and the traced graph is run once on a probe input
 on the ``meta`` device, which gives every node's shape without computing anything. The walk
-then follows the chain from the input to the output: every node that carries data must read
-exactly the previous one, and each is either claimed by a converter (a parametric layer,
-which becomes edges) or parameter-free (an activation, pooling, flatten, dropout, a scaling),
-which becomes an entry of ``graph.architecture``. Everything else raises
-:class:`~neuralgraph.graph.core.GraphConversionError` naming the node, until a converter
-handles it: a residual add or other merge, a branch, a shape chain that does not run, a layer
-called twice, a parameter read outside a converted layer. The node lookup is in one place
+then follows the chain from the input to the output: every node that carries data reads the
+chain's latest value, and each is either claimed by a converter (a parametric layer, which
+becomes edges into a new node layer) or parameter-free, which becomes an entry of
+``graph.architecture``: an activation (:data:`~neuralgraph.graph.core.ACTIVATIONS`, recorded as
+the ``activation`` of the current node layer's neurons, at most one per layer), or pooling,
+flatten, dropout, a scaling, which record nothing else.
+
+**Residual connections.** An add of the chain's value (node layer ``b``) and an earlier value
+of the same shape (node layer ``a < b``, channels on dimension 1, no step between the fork and
+the add) is a skip: identity edges from neuron ``j`` of layer ``a`` to neuron ``j`` of layer
+``b`` (``edge_kind`` 1, ``edge_layer = b - 1``, features ``[1, 0, ..., 0]``), as Neural Graphs
+(Kofinas et al., 2024) represent residual connections; an activation after the add is layer
+``b``'s. So ``relu(bn2(conv2(h)) + x)`` of a ResNet block converts after
+:func:`~neuralgraph.graph.converters.fold_batchnorm`, and the rebuilt module computes the same
+outputs.
+
+Everything else raises :class:`~neuralgraph.graph.core.GraphConversionError` naming the node: a
+merge other than such an add (concatenation, product, unequal shapes, a transformed shortcut
+such as a projection convolution), a branch, a second activation in one layer, a step that is
+neither an activation nor structural (softmax, normalisation), a shape chain that does not run,
+a layer called twice, a parameter read outside a converted layer. The node lookup is in one place
 (``_Walk.claim``), where converters for more node kinds plug in. After conversion,
 :func:`module_to_graph` checks on the probe input that the module rebuilt from the graph
 computes exactly what the module computes.

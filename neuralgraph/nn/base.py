@@ -15,8 +15,9 @@ An architecture declares the permutation group it respects in ``symmetry``:
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, Sequence
 
+import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
@@ -75,8 +76,8 @@ class Metanet(nn.Module):
         num_layers: number of layers.
         dropout: dropout probability inside the layers.
         edge_features, positional, fourier_features, fourier_scale, max_layers,
-        max_node_types, probe_features, gradient_features, activation, w0: options of
-            :class:`~neuralgraph.nn.encoder.GraphEncoder`.
+        max_node_types, probe_features, gradient_features, activation, w0, node_activations,
+        skip_edges: options of :class:`~neuralgraph.nn.encoder.GraphEncoder`.
             ``positional`` defaults to ``"neuron"``, or ``"layer"`` for ``symmetry = "np"``.
     """
 
@@ -106,6 +107,8 @@ class Metanet(nn.Module):
         gradient_features: int = 0,
         activation: str = "sine",
         w0: float = 30.0,
+        node_activations: bool = False,
+        skip_edges: bool = False,
     ):
         super().__init__()
         if self.symmetry not in SYMMETRIES:
@@ -137,6 +140,8 @@ class Metanet(nn.Module):
             gradient_features=gradient_features,
             activation=activation,
             w0=w0,
+            node_activations=node_activations,
+            skip_edges=skip_edges,
         )
         self.layers = nn.ModuleList()
 
@@ -174,6 +179,30 @@ class ResidualNorm(nn.Module):
         return self.norm(h + self.dropout(delta))
 
 
+def node_blocks(x: Tensor, widths: Sequence[int]) -> list[Tensor]:
+    """Node rows ``[B N, C]`` of a canonical batch (``GraphContext.widths``) as views ``[B, d_k, C]`` per layer."""
+    return list(x.view(-1, sum(widths), x.shape[-1]).split(list(widths), dim=1))
+
+
+def edge_blocks(edge: Tensor, widths: Sequence[int]) -> list[Tensor]:
+    """Edge rows ``[B E, C]`` of a canonical batch as views ``[B, d_{l+1}, d_l, C]`` per weight layer
+    (row = target neuron, column = source neuron)."""
+    sizes = [d_in * d_out for d_in, d_out in zip(widths, widths[1:])]
+    parts = edge.view(-1, sum(sizes), edge.shape[-1]).split(sizes, dim=1)
+    return [part.unflatten(1, (d_out, d_in)) for part, d_in, d_out in zip(parts, widths, widths[1:])]
+
+
+def block_rows(blocks: Sequence[Tensor]) -> Tensor:
+    """Inverse of :func:`node_blocks` / :func:`edge_blocks`: per-layer blocks ``[B, ..., C]`` to rows (one copy)."""
+    return torch.cat([block.flatten(1, -2) for block in blocks], dim=1).flatten(0, 1)
+
+
+def opposite_rows(edge: Tensor) -> Tensor:
+    """Rows ``[forward, reverse]`` swapped: row ``k`` of the result is the opposite of edge ``k`` (a copy, no index)."""
+    forward, reverse = edge.chunk(2)
+    return torch.cat([reverse, forward])
+
+
 class EdgeUpdate(MessagePassing):
     r"""Edge update from the edge and both endpoints (and, optionally, the opposite edge).
 
@@ -183,7 +212,10 @@ class EdgeUpdate(MessagePassing):
 
     for the edge ``j -> i``. The concatenation ``[e_ij, x_j, x_i]`` goes through one linear map,
     computed as a sum of per-part maps so that node terms are projected once per node, not
-    once per edge. A PyG ``edge_updater``.
+    once per edge. A PyG ``edge_updater``; on a canonical one-layout batch (``widths``, see
+    :class:`~neuralgraph.nn.encoder.GraphContext`) the endpoint terms are broadcast over the
+    ``[B, d_{l+1}, d_l, C]`` edge blocks instead of gathered, and the opposite edge of row ``k``
+    is row ``k \pm E``.
 
     Args:
         hidden_dim: width of node and edge features.
@@ -212,13 +244,30 @@ class EdgeUpdate(MessagePassing):
                 lin.reset_parameters()
         self.residual.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, reverse: Optional[Tensor] = None) -> Tensor:
-        """``reverse[k]`` is the index of edge ``k``'s opposite (needed iff ``with_reverse``)."""
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, reverse: Optional[Tensor] = None,
+                widths: Optional[Sequence[int]] = None) -> Tensor:
+        """``reverse[k]`` is the index of edge ``k``'s opposite (needed iff ``with_reverse``);
+        ``widths`` (``GraphContext.widths``) selects the dense path."""
         if self.with_reverse != (reverse is not None):
             raise ValueError(f"EdgeUpdate(with_reverse={self.with_reverse}) needs reverse {'' if self.with_reverse else 'not '}given")
+        if widths is not None:
+            return self.dense_update(x, edge_attr, widths)
         opposite = None if reverse is None else self.reverse_lin(edge_attr)[reverse]
         return self.edge_updater(edge_index, x=(self.source_lin(x), self.target_lin(x)), edge_attr=edge_attr,
                                  opposite=opposite)
+
+    def dense_update(self, x: Tensor, edge_attr: Tensor, widths: Sequence[int]) -> Tensor:
+        """The update on ``[B, d_{l+1}, d_l, C]`` blocks: ``W_s x_j + W_t x_i`` broadcast, not gathered."""
+        source = node_blocks(self.source_lin(x) + self.edge_lin.bias, widths)
+        target = node_blocks(self.target_lin(x), widths)
+        pairs = range(len(widths) - 1)
+        terms = block_rows([source[l][:, None] + target[l + 1][:, :, None] for l in pairs])
+        if self.with_reverse:  # row E + k runs from edge k's target to its source
+            terms = torch.cat([terms, block_rows([source[l + 1][:, :, None] + target[l][:, None] for l in pairs])])
+        hidden = torch.addmm(terms, edge_attr, self.edge_lin.weight.t())
+        if self.with_reverse:
+            hidden = hidden + opposite_rows(self.reverse_lin(edge_attr))
+        return self.residual(edge_attr, self.out_lin(nn.functional.silu(hidden)))
 
     def edge_update(self, x_j: Tensor, x_i: Tensor, edge_attr: Tensor, opposite: Optional[Tensor]) -> Tensor:
         hidden = self.edge_lin(edge_attr) + x_j + x_i

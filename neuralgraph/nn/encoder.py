@@ -11,7 +11,13 @@ embedding is added:
 * ``positional="layer"``: one embedding per layer only, for metanetworks equivariant to the
   larger NP group that also permutes input and output neurons.
 
-Edges get one embedding per ``edge_layer`` in both cases.
+Edges get one embedding per ``edge_layer`` in both cases. Two optional embeddings read fields
+that ``module_to_graph`` and ``make-cnn-zoo`` graphs carry (:mod:`neuralgraph.graph.core`):
+``node_activations=True`` adds one per ``activation`` to the node embedding, so networks of
+different activations are one dataset; ``skip_edges=True`` adds one per ``edge_kind`` to the
+edge embedding, so residual skips are told from weights. A graph with skip edges is refused
+without it, and it is refused with per-layer tables (``layer_index``), probe or gradient
+features and scaling groups, which all assume edges only between consecutive layers.
 
 With ``reverse_edges=True`` every edge ``j -> i`` is paired with a reverse edge ``i -> j`` and
 the edge set becomes ``[forward edges, reverse edges]`` (``2E`` rows). Each row is lifted from
@@ -44,7 +50,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch
 from torch_geometric.utils import scatter
 
-from neuralgraph.graph.core import Graph
+from neuralgraph.graph.core import ACTIVATIONS, SKIP_EDGE, WEIGHT_EDGE, Graph
 from neuralgraph.graph.scaling import check_group
 from neuralgraph.nn.weight_features import WeightFeatureLift
 
@@ -292,6 +298,8 @@ class GraphEncoder(nn.Module):
         scaling: ``None``, ``"sign"`` or ``"scale"``: keep the encoding equivariant to that group.
         probe_features, gradient_features, activation, w0: options of
             :class:`~neuralgraph.nn.weight_features.WeightFeatureLift` (0: no such features).
+        node_activations: add an embedding of the graph's ``activation`` field to node features.
+        skip_edges: add an embedding of the graph's ``edge_kind`` field (residual skips) to edge features.
     """
 
     def __init__(
@@ -311,8 +319,13 @@ class GraphEncoder(nn.Module):
         gradient_features: int = 0,
         activation: str = "sine",
         w0: float = 30.0,
+        node_activations: bool = False,
+        skip_edges: bool = False,
     ):
         super().__init__()
+        if skip_edges and (layer_index or scaling or probe_features or gradient_features):
+            raise ValueError("skip_edges=True with per-layer tables (layer_index), a scaling group or probe/gradient "
+                             "features: they assume edges only between consecutive layers")
         if positional not in POSITIONAL_MODES:
             raise ValueError(f"positional={positional!r}: expected one of {POSITIONAL_MODES}")
         if scaling is not None:
@@ -339,6 +352,8 @@ class GraphEncoder(nn.Module):
         num_positions = max_node_types if positional == "neuron" else max_layers + 1
         self.node_position = nn.Embedding(num_positions, hidden_dim)
         self.edge_position = nn.Embedding(max_layers, hidden_dim)
+        self.activation_embedding = nn.Embedding(len(ACTIVATIONS), hidden_dim) if node_activations else None
+        self.edge_kind_embedding = nn.Embedding(SKIP_EDGE + 1, hidden_dim) if skip_edges else None
         # per-layer standardisation of the raw biases and weights (identity until set)
         self.register_buffer("node_mean", torch.zeros(max_layers + 1))
         self.register_buffer("node_std", torch.ones(max_layers + 1))
@@ -351,8 +366,9 @@ class GraphEncoder(nn.Module):
         self.edge_lift.reset_parameters()
         self.node_position.reset_parameters()
         self.edge_position.reset_parameters()
-        if self.weight_features is not None:
-            self.weight_features.reset_parameters()
+        for embedding in (self.weight_features, self.activation_embedding, self.edge_kind_embedding):
+            if embedding is not None:
+                embedding.reset_parameters()
 
     @torch.no_grad()
     def set_input_statistics(self, graph: Graph, eps: float = 1e-8) -> None:
@@ -362,12 +378,14 @@ class GraphEncoder(nn.Module):
         0.016, 0.12 in MNIST SIRENs); without this the lift sees mostly the positional
         embeddings. Per-layer statistics are invariant to every neuron permutation, so the
         encoder's symmetry is unchanged. Layers absent from ``graph`` (or constant, like the
-        zero biases of input neurons) keep the identity.
+        zero biases of input neurons) keep the identity. Residual skip edges (``edge_kind``) are
+        no weights and not counted.
         """
         check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
+        weight = getattr(graph, "edge_kind", torch.zeros_like(graph.edge_layer)) == WEIGHT_EDGE
         for values, layer, mean, std in ((graph.x[:, 0], graph.node_layer, self.node_mean, self.node_std),
-                                         (graph.edge_attr.flatten(1).mean(1), graph.edge_layer, self.edge_mean,
-                                          self.edge_std)):
+                                         (graph.edge_attr[weight].flatten(1).mean(1), graph.edge_layer[weight],
+                                          self.edge_mean, self.edge_std)):
             count = torch.bincount(layer, minlength=len(mean)).to(values.dtype)
             total = torch.zeros_like(mean, dtype=values.dtype).index_add_(0, layer, values)
             squares = torch.zeros_like(total).index_add_(0, layer, values * values)
@@ -403,6 +421,7 @@ class GraphEncoder(nn.Module):
             edge_attr = torch.cat([torch.cat([edge_attr, zeros], 1), torch.cat([zeros, edge_attr], 1)])
         node, edge = self.node_lift(x), self.edge_lift(edge_attr)
         node_position, edge_position = self.node_position(node_position), self.edge_position(context.edge_layer)
+        node_position, edge_position = self._structure_embeddings(graph, node_position, edge_position)
         if self.scaling is None:
             node, edge = node + node_position, edge + edge_position
         else:
@@ -415,4 +434,24 @@ class GraphEncoder(nn.Module):
             if edge_term is not None:
                 edge = edge + (torch.cat([edge_term, edge_term]) if self.reverse_edges else edge_term)
         return EncodedGraph(node, edge, context)
+
+    def _structure_embeddings(self, graph: Graph, node_position: Tensor, edge_position: Tensor) -> tuple[Tensor, Tensor]:
+        """Positional embeddings plus those of ``activation`` and ``edge_kind`` (see the module docstring)."""
+        kind = getattr(graph, "edge_kind", None)
+        if self.edge_kind_embedding is None:
+            if kind is not None and bool((kind != WEIGHT_EDGE).any()):
+                raise ValueError("graph field edge_kind marks residual skip edges, which this encoder cannot tell from "
+                                 "weights; build the metanet with skip_edges=True")
+        else:
+            kind = torch.zeros_like(graph.edge_layer) if kind is None else kind
+            check_index_range("edge_kind", kind, SKIP_EDGE + 1, "number of edge kinds")
+            edge_position = edge_position + self.edge_kind_embedding(torch.cat([kind, kind]) if self.reverse_edges else kind)
+        if self.activation_embedding is not None:
+            activation = getattr(graph, "activation", None)
+            if activation is None:
+                raise ValueError("graph has no field activation (module_to_graph and make-cnn-zoo graphs carry it); "
+                                 "build the metanet with node_activations=False")
+            check_index_range("activation", activation, len(ACTIVATIONS), "len(ACTIVATIONS)")
+            node_position = node_position + self.activation_embedding(activation)
+        return node_position, edge_position
 
