@@ -25,7 +25,8 @@ Protocols (see docs/benchmarks.md for why they are sized as they are):
   gradient-feature variants (:data:`CPU_SYSTEMS`), 3 layers, each at the width whose k = 1
   parameter count is nearest GMN's (hidden 64), within 5%, at k = 1 and k = 8 (budget-matched
   to the system's own k = 1), one seed; then GMN and DWS at k = 1, 2, 4, 8 with three seeds;
-  then GMN k = 1 seeds 3-23 (the ensembles of ``benchmarks/oce_ablation.py``).
+  then GMN k = 1 seeds 3-23 (the ensembles of ``benchmarks/oce_ablation.py``); then the ablation's
+  decoder variants (:data:`CPU_DECODER_VARIANTS`) at k = 8, three seeds.
   All runs share ``configs/dilation/gmn_k<k>.yaml`` (task, optimiser, batch) but the metanetwork.
 * ``cpu-large``: the ``cpu`` settings on 5,000/1,000/1,000 INRs for 30 epochs, GMN and DWS.
 * ``smoke``: every paper row at k=1 and k=2, tiny data and widths, one epoch: plumbing only.
@@ -65,6 +66,9 @@ CPU_SYSTEMS = {
     "gmn_grad16": ("gmn", {"gradient_features": 16}),
     "scalegmn_b_grad16": ("scalegmn_b", {"gradient_features": 16}),
 }
+# The OCE ablation's decoder variants (benchmarks/oce_ablation.py): name -> (cpu system, WeightDecoder members).
+# At k = 8 each is budget-matched like the system's own k = 8, counting its decoder's parameters.
+CPU_DECODER_VARIANTS = {"gmn_coupled": ("gmn", "coupled"), "gmn_tied": ("gmn", "tied")}
 CPU_DEPTH = {"num_layers": 3, "dropout": 0.0}
 CPU_REFERENCE = ("gmn", {"hidden_dim": 64, **CPU_DEPTH})  # the k = 1 budget every cpu system is matched to
 BUDGET_TOLERANCE = 0.05
@@ -78,9 +82,10 @@ PROTOCOLS = {
     },
     "cpu": {
         # the architecture table, the OCE curve over k with three seeds, then the k = 1 editors that
-        # benchmarks/oce_ablation.py averages in three ensembles of eight
+        # benchmarks/oce_ablation.py averages in three ensembles of eight, then its decoder variants
         "plan": ((tuple(CPU_SYSTEMS), (1, 8), (0,)), (("gmn", "dws"), (1, 2, 4, 8), (0, 1, 2)),
-                 (("gmn",), (1,), tuple(range(24)))), "systems": "cpu",
+                 (("gmn",), (1,), tuple(range(24))), (tuple(CPU_DECODER_VARIANTS), (8,), (0, 1, 2))),
+        "systems": "cpu",
         "data": CPU_DATA, "trainer": {"max_epochs": 12},
     },
     "cpu-large": {
@@ -141,10 +146,15 @@ def matched_width(name: str, metanet: str, options: dict, target: int, tolerance
 
 
 def run_settings(protocol: dict, arch: str, k: int) -> dict:
-    """What determines a run but its seed: config file, metanet, its config at k = 1, data, trainer."""
+    """What determines a run but its seed: config file, metanet, its config at k = 1, data, trainer
+    (and ``decoder_members`` for the decoder variants)."""
+    if protocol.get("systems") == "cpu" and arch in CPU_DECODER_VARIANTS:
+        system, members = CPU_DECODER_VARIANTS[arch]
+        return {**run_settings(protocol, system, k), "decoder_members": members}
     if protocol.get("systems") == "cpu":
         if arch not in CPU_SYSTEMS:
-            raise ValueError(f"{arch}: not a system of the cpu protocols; known: {sorted(CPU_SYSTEMS)}")
+            raise ValueError(f"{arch}: not a system of the cpu protocols; known: "
+                             f"{sorted(CPU_SYSTEMS) + sorted(CPU_DECODER_VARIANTS)}")
         from neuralgraph.nn.budget import model_parameters
 
         metanet, options = CPU_SYSTEMS[arch]
@@ -169,6 +179,8 @@ def run_arguments(settings: dict, seed: int, data_root: Path, out: Path) -> list
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
             "--model.init_args.metanet", settings["metanet"],
             "--model.init_args.metanet_config", json.dumps(settings["metanet_config"])]
+    if "decoder_members" in settings:
+        args += ["--model.init_args.decoder_members", settings["decoder_members"]]
     for key, value in settings["data"].items():
         args += [f"--data.{key}", "null" if value is None else str(value)]
     for key, value in settings["trainer"].items():
@@ -243,6 +255,14 @@ def recorded(runs: list[dict], arch: str, k: int, seed: int, settings: dict, pat
     return False
 
 
+def seeds_cell(values: list[float]) -> str:
+    """``mean ± std (n)`` of values over seeds, ``mean (1)`` for one, ``not run yet`` for none."""
+    if not values:
+        return "not run yet"
+    spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
+    return f"{statistics.mean(values):.3f}{spread} ({len(values)})"
+
+
 def summarize(runs: list[dict], protocol_name: str, machine: str, missing: list[tuple[str, int, int]]) -> str:
     groups: dict[tuple[str, int], list[dict]] = {}
     for r in runs:
@@ -274,7 +294,7 @@ def summarize(runs: list[dict], protocol_name: str, machine: str, missing: list[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="smoke")
-    parser.add_argument("--archs", nargs="+", choices=sorted(set(CPU_SYSTEMS) | set(PAPER_ROWS)),
+    parser.add_argument("--archs", nargs="+", choices=sorted({*CPU_SYSTEMS, *CPU_DECODER_VARIANTS, *PAPER_ROWS}),
                         help="systems (cpu protocols) or paper rows (full, smoke)")
     parser.add_argument("--k", nargs="+", type=int)
     parser.add_argument("--seeds", nargs="+", type=int)

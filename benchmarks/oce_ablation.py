@@ -1,14 +1,19 @@
-"""Why OCE works, part (c): independently trained k = 1 editors averaged at inference.
+"""Why OCE works: capacity or averaging? GMN on the ``cpu`` protocol, four variants beside k = 1.
 
     python benchmarks/oce_ablation.py [--members 8] [--groups 3]
 
-Reads the ``cpu`` protocol's GMN k = 1 runs (``dilation_cpu_<machine>.json``; their best-
-validation checkpoints under ``runs/benchmarks/cpu``), splits seeds 0, 1, ... into ``groups``
-ensembles of ``members`` editors, averages the editors' renders on the test split and reports
-the test MSE of each ensemble beside GMN k = 1 (one editor) and OCE k = 8 (one editor, eight
-averaged outputs, the same budget as one k = 1 editor; the ensemble has ``members`` times it).
-Results: ``benchmarks/results/oce_ablation_<machine>.{json,md}``; an ensemble whose runs are
-not all recorded yet is listed as missing, never computed from fewer members.
+At GMN k = 1's parameter budget (seeds 0-2 of ``dilation_cpu_<machine>.json``):
+
+* (a) OCE k = 8: eight members averaged (``gmn`` k = 8);
+* (b) one output network of width 8 x 32 decoded directly, cross-copy weights free, no averaging
+  (``gmn_coupled``: ``WeightDecoder(members="coupled")``);
+* (d) k = 8 with members forced identical, a control that should equal k = 1 (``gmn_tied``);
+
+and (c), at ``members`` times the budget: the ``cpu`` protocol's GMN k = 1 editors (their best-
+validation checkpoints under ``runs/benchmarks/cpu``), seeds 0, 1, ... split into ``groups``
+ensembles of ``members``, their renders averaged on the test split. Results:
+``benchmarks/results/oce_ablation_<machine>.{json,md}``; a variant's seeds and an ensemble's editors
+that are not recorded yet are listed as such, never computed from fewer members.
 """
 from __future__ import annotations
 
@@ -21,7 +26,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dilation import PROTOCOLS, RESULTS, ROOT, machine_name, write_atomic  # noqa: E402
+from dilation import PROTOCOLS, RESULTS, ROOT, machine_name, seeds_cell, write_atomic  # noqa: E402
+
+SEEDS = (0, 1, 2)  # of the variants trained as runs of the cpu protocol: row, system, k
+VARIANTS = (("k = 1, one editor", "gmn", 1), ("(a) OCE k = 8, eight members averaged", "gmn", 8),
+            ("(b) one network of width 8 x 32 decoded directly (`gmn_coupled`)", "gmn_coupled", 8),
+            ("(d) k = 8, members forced identical (`gmn_tied`)", "gmn_tied", 8))
 
 
 def best_checkpoint(run_dir: Path) -> Path:
@@ -43,6 +53,34 @@ def ensemble_test_mse(tasks, datamodule) -> float:
             squared += float(((prediction - outputs[0]["target"]) ** 2).sum())
             count += outputs[0]["target"].numel()
     return squared / count
+
+
+def report(runs: list[dict], ensembles: list[dict], missing_ensembles: list[dict], members: int,
+           machine: str) -> tuple[str, dict]:
+    """The ablation's markdown table and JSON from the cpu protocol's ``runs`` and the computed ``ensembles``."""
+    recorded = {(r["arch"], r["k"], r["seed"]): r for r in runs}
+    variants = []
+    for label, arch, k in VARIANTS:
+        found = [recorded[arch, k, seed] for seed in SEEDS if (arch, k, seed) in recorded]
+        variants.append({"variant": label, "arch": arch, "k": k, "budget": "1x",
+                         "parameters": found[0]["parameters"] if found else None,
+                         "test_mse_x1e-2": [100 * r["test_mse"] for r in found],
+                         "not_recorded": [seed for seed in SEEDS if (arch, k, seed) not in recorded]})
+    editor = recorded.get(("gmn", 1, 0))
+    variants.insert(3, {"variant": f"(c) {members} k = 1 editors averaged at inference", "budget": f"{members}x",
+                        "parameters": members * editor["parameters"] if editor else None,
+                        "test_mse_x1e-2": [e["test_mse_x1e-2"] for e in ensembles]})
+    lines = [f"# Why OCE works: GMN on the `cpu` protocol, `{machine}`", "",
+             "Test MSE x1e-2, mean ± std (number of seeds, or of ensembles for (c)); parameters: metanetwork + "
+             "decoder, all editors' for (c).", "",
+             "| variant | budget | parameters | test MSE x1e-2 |", "|---|---|---|---|"]
+    lines += [f"| {v['variant']} | {v['budget']} | {'' if v['parameters'] is None else format(v['parameters'], ',')} "
+              f"| {seeds_cell(v['test_mse_x1e-2'])} |" for v in variants]
+    notes = [f"{v['arch']} k={v['k']}: seeds {v['not_recorded']} not run yet." for v in variants if v.get("not_recorded")]
+    notes += [f"Ensemble of seeds {m['seeds'][0]}-{m['seeds'][-1]} not computed: seeds {m['not_recorded']} "
+              "are not recorded yet." for m in missing_ensembles]
+    markdown = "\n".join(lines + [""] + notes) + "\n"
+    return markdown, {"machine": machine, "variants": variants, "ensembles": ensembles, "missing": missing_ensembles}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,27 +110,10 @@ def main(argv: list[str] | None = None) -> int:
                                                  weights_only=True).eval() for seed in seeds]
         ensembles.append({"seeds": seeds, "test_mse_x1e-2": 100 * ensemble_test_mse(tasks, datamodule)})
 
-    def cell(values: list[float]) -> str:
-        if not values:
-            return "not run yet"
-        spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
-        return f"{statistics.mean(values):.3f}{spread} ({len(values)})"
-
-    single = [mse for (k, seed), mse in gmn.items() if k == 1 and seed < 3]
-    oce = [mse for (k, seed), mse in gmn.items() if k == 8]
-    lines = [f"# Why OCE works: GMN on the `cpu` protocol, `{machine}`", "",
-             "Test MSE x1e-2, mean ± std (number of seeds or ensembles).", "",
-             "| variant | budget | test MSE x1e-2 |", "|---|---|---|",
-             f"| k = 1, one editor (seeds 0-2) | 1x | {cell(single)} |",
-             f"| (a) OCE k = 8, eight averaged outputs | 1x | {cell(oce)} |",
-             f"| (c) {args.members} k = 1 editors averaged at inference | {args.members}x "
-             f"| {cell([e['test_mse_x1e-2'] for e in ensembles])} |"]
-    lines += [f"\nEnsemble of seeds {m['seeds'][0]}-{m['seeds'][-1]} not computed: seeds {m['not_recorded']} "
-              "are not recorded yet." for m in missing]
+    markdown, results = report(runs, ensembles, missing, args.members, machine)
     stem = RESULTS / f"oce_ablation_{machine}"
-    write_atomic(stem.with_suffix(".json"), json.dumps({"machine": machine, "ensembles": ensembles,
-                                                        "missing": missing}, indent=2))
-    write_atomic(stem.with_suffix(".md"), "\n".join(lines) + "\n")
+    write_atomic(stem.with_suffix(".json"), json.dumps(results, indent=2))
+    write_atomic(stem.with_suffix(".md"), markdown)
     print(stem.with_suffix(".md").read_text())
     return 0
 

@@ -14,10 +14,10 @@ k > 1 budget-matched to k = 1) on random SIRENs 2-32-32-1 (costs do not depend o
 * parameters of the output network: the k members, and the merged network as dense tensors.
 
 Times are on one thread, medians over rounds in which every call of every k is timed once
-(``torch.utils.benchmark.Timer``), so that a change of load on a shared machine hits all k alike. The
-quality column (test MSE of the ``cpu`` protocol, mean ± std over seeds) is read from
-``dilation_cpu_<machine>.json`` where those runs exist. Results: ``oce_cost_<machine>.{json,md,png}``;
-``--report-only`` rebuilds the table and plot from the JSONs (after more dilation runs).
+(``torch.utils.benchmark.Timer``), so that a change of load on a shared machine hits all k alike.
+Results: ``oce_cost_<machine>.json``; then benchmarks/oce_curve.py's table and plot, which put these
+costs beside the ``cpu`` protocol's test MSE per k (``oce_curve_<machine>.{md,png}``).
+``--report-only`` rebuilds that table and plot from the JSONs (after more dilation runs).
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from torch.utils.benchmark import Timer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dilation import CPU_REFERENCE, RESULTS, machine_name, write_atomic  # noqa: E402
+from oce_curve import write_report  # noqa: E402
 
 STEPS_PER_EPOCH = 32  # the cpu protocol: 1,000 training INRs at batch 32
 BATCH = 32
@@ -123,79 +124,10 @@ def measure(ks: list[int], rounds: int) -> list[dict]:
             for editor in editors]
 
 
-def curves(machine: str) -> dict[str, dict[int, list[float]]]:
-    """Test MSE x1e-2 per architecture and k for GMN and DWS in the cpu protocol's results."""
-    path = RESULTS / f"dilation_cpu_{machine}.json"
-    runs = json.loads(path.read_text())["runs"] if path.exists() else []
-    out: dict[str, dict[int, list[float]]] = {}
-    for run in runs:
-        if run["arch"] in ("gmn", "dws"):
-            out.setdefault(run["arch"], {}).setdefault(run["k"], []).append(100 * run["test_mse"])
-    return out
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def report(meta: dict, stem: Path) -> None:
-    import matplotlib
-    import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows, machine = meta["costs"], meta["machine"]
-    by_arch = curves(machine)
-    gmn = by_arch.get(CPU_REFERENCE[0], {})
-    lines = [f"# What OCE costs: GMN (cpu protocol width) at k = 1, 2, 4, 8 on `{machine}`", "",
-             f"{meta['platform']}, torch {meta['torch']}, one thread, load average {meta['load']:.1f} while measured. "
-             "Test MSE: the `cpu` protocol (dilation_cpu JSON), mean ± std over the seeds run; the costs: random "
-             "SIRENs 2-32-32-1, batch 32 for training (x 32 steps per epoch, validation not included).", "",
-             "| k | test MSE x1e-2 (seeds) | editor parameters | hidden_dim | train s/epoch | peak RSS (MB) "
-             "| edit ms/INR b1 | edit ms/INR b32 | render members ms b1 | render merged ms b1 "
-             "| render members ms b256 | render merged ms b256 | output params (members) | output params (merged, dense) |",
-             "|" + "---|" * 14]
-    for r in rows:
-        mse = gmn.get(r["k"])
-        quality_cell = ("not run yet" if not mse else f"{mse[0]:.3f} (1)" if len(mse) == 1
-                        else "{:.3f} ± {:.3f} ({})".format(*mean_std(mse), len(mse)))
-        lines.append(f"| {r['k']} | {quality_cell} | {r['editor_parameters']:,} | {r['hidden_dim']} "
-                     f"| {r['train_s_per_epoch']:.1f} | {r['peak_rss_mb']:.0f} | {r['edit_ms_per_inr_b1']:.1f} "
-                     f"| {r['edit_ms_per_inr_b32']:.1f} | {r['render_members_ms_b1']:.3f} | {r['render_merged_ms_b1']:.3f} "
-                     f"| {r['render_members_ms_b256']:.1f} | {r['render_merged_ms_b256']:.1f} "
-                     f"| {r['output_parameters_members']:,} | {r['output_parameters_merged']:,} |")
-    write_atomic(stem.with_suffix(".md"), "\n".join(lines) + "\n")
-
-    ks = [r["k"] for r in rows]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for arch, by_k in sorted(by_arch.items()):
-        points = sorted(by_k)
-        stats = [mean_std(by_k[k]) for k in points]
-        left.errorbar(points, [m for m, _ in stats], yerr=[s for _, s in stats], marker="o", capsize=3,
-                      label=f"{arch} ({', '.join(f'k={k}: {len(by_k[k])}' for k in points)} seeds)")
-    left.set(xscale="log", xticks=ks, xticklabels=ks, xlabel="k", ylabel="test MSE x1e-2",
-             title="quality (cpu protocol, mean ± std)")
-    if by_arch:
-        left.legend(fontsize=7)
-    else:
-        left.text(0.5, 0.5, "no cpu-protocol runs of GMN or DWS recorded yet", ha="center", transform=left.transAxes)
-    for key, label in (("train_s_per_epoch", "train s/epoch"), ("edit_ms_per_inr_b32", "edit ms/INR (b32)"),
-                       ("render_members_ms_b256", "render k members ms (b256)"),
-                       ("render_merged_ms_b256", "render merged ms (b256)")):
-        right.plot(ks, [r[key] for r in rows], marker="o", label=label)
-    right.set(xscale="log", yscale="log", xticks=ks, xticklabels=ks, xlabel="k", title=f"cost of GMN ({machine})")
-    right.legend(fontsize=7)
-    for axis in (left, right):
-        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    figure.tight_layout()
-    figure.savefig(stem.with_suffix(".png"), dpi=120)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", nargs="+", type=int, default=[1, 2, 4, 8])
-    parser.add_argument("--report-only", action="store_true", help="rebuild the table and plot from the JSONs")
+    parser.add_argument("--report-only", action="store_true", help="rebuild oce_curve's table and plot from the JSONs")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
     parser.add_argument("--peak-memory", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -204,9 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.peak_memory:
         print(peak_memory(args.peak_memory))
         return 0
-    stem = RESULTS / f"oce_cost_{machine}"
     if args.report_only:
-        report(json.loads(stem.with_suffix(".json").read_text()), stem)
+        print(write_report(RESULTS, machine).with_suffix(".md").read_text())
         return 0
     memory = {}  # first, while this process is small: a child's peak RSS starts from its parent's at fork
     for k in args.k:
@@ -217,9 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     print(costs, flush=True)
     meta = {"machine": machine, "platform": platform.platform(), "torch": torch.__version__,
             "load": os.getloadavg()[0], "costs": costs}
-    write_atomic(stem.with_suffix(".json"), json.dumps(meta, indent=2))
-    report(meta, stem)
-    print(stem.with_suffix(".md").read_text())
+    write_atomic(RESULTS / f"oce_cost_{machine}.json", json.dumps(meta, indent=2))
+    print(write_report(RESULTS, machine).with_suffix(".md").read_text())
     return 0
 
 

@@ -104,6 +104,33 @@ def test_cpu_systems_match_the_gmn_budget_within_five_percent(system):
     assert abs(params - target) <= 0.05 * target
 
 
+def test_decoder_variants_are_planned_last_and_reach_the_fit(tmp_path, monkeypatch):
+    """The OCE ablation's variants come after every run planned before them; their runs ask for their decoder."""
+    plan = dilation.PROTOCOLS["cpu"]["plan"]
+    assert plan[-1] == (tuple(dilation.CPU_DECODER_VARIANTS), (8,), (0, 1, 2))
+    assert all(arch not in dilation.CPU_DECODER_VARIANTS for archs, _, _ in plan[:-1] for arch in archs)
+    assert "decoder_members" not in dilation.run_settings(dilation.PROTOCOLS["cpu"], "gmn", 8)
+    calls = []
+    monkeypatch.setattr(dilation.subprocess, "run", fake_fit(calls))
+    assert dilation.main(["--protocol", "cpu", "--archs", "gmn_coupled", "--k", "8", "--seeds", "0", "--data-root",
+                          str(tmp_path), "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]) == 0
+    (command,) = calls
+    assert command[command.index("--model.init_args.decoder_members") + 1] == "coupled"
+    (raw,) = (tmp_path / "results").glob("dilation_cpu_*.json")
+    (run,) = json.loads(raw.read_text())["runs"]
+    assert run["settings"] == {**dilation.run_settings(dilation.PROTOCOLS["cpu"], "gmn", 8), "decoder_members": "coupled"}
+
+
+@pytest.mark.parametrize("variant", sorted(dilation.CPU_DECODER_VARIANTS))
+def test_decoder_variants_match_the_gmn_budget_counting_their_decoder(variant):
+    from neuralgraph.nn.budget import match_budget, model_parameters
+
+    settings = dilation.run_settings(dilation.PROTOCOLS["cpu"], variant, 8)
+    match = match_budget(settings["metanet"], settings["metanet_config"], 8, members=settings["decoder_members"])
+    target = model_parameters(*dilation.CPU_REFERENCE, 1)[0]
+    assert match.reference_params == target and 0.95 * target <= match.params <= target
+
+
 def test_matched_width_names_the_system_it_cannot_match():
     with pytest.raises(ValueError, match=r"^ng_t: no hidden_dim gives 167,314 parameters within 5% \(nearest: 177,650"):
         dilation.matched_width("ng_t", "ng_t", {"num_heads": 8}, 167_314)
@@ -144,3 +171,51 @@ def test_ensemble_member_without_its_best_checkpoint_is_an_error_naming_the_fold
 
     with pytest.raises(FileNotFoundError, match=r"gmn_k1_s3/checkpoints: expected one best-\*\.ckpt, found 0"):
         oce_ablation.best_checkpoint(tmp_path / "gmn_k1_s3")
+
+
+def synthetic_run(arch, k, seed, mse, parameters=100):
+    return {"arch": arch, "k": k, "seed": seed, "test_mse": mse, "parameters": parameters, "settings": {}}
+
+
+def test_oce_curve_joins_quality_and_cost_in_one_table_and_plot(tmp_path):
+    import oce_curve
+
+    runs = [synthetic_run("gmn", 1, seed, mse) for seed, mse in enumerate((0.040, 0.042, 0.044))]
+    runs += [synthetic_run("gmn", 8, 0, 0.020), synthetic_run("dws", 1, 0, 0.05), synthetic_run("nft", 1, 0, 0.03)]
+    (tmp_path / "dilation_cpu_m.json").write_text(json.dumps({"runs": runs}))
+    costs = [{"k": k, "editor_parameters": 1000 + k, "hidden_dim": 64, "train_s_per_epoch": 10.0 * k,
+              "peak_rss_mb": 500.0, "edit_ms_per_inr_b32": 2.0, "render_members_ms_b256": 3.0 * k,
+              "render_merged_ms_b256": 4.0 * k, "output_parameters_merged": 7 * k} for k in (1, 2, 4, 8)]
+    (tmp_path / "oce_cost_m.json").write_text(json.dumps({"platform": "p", "torch": "t", "load": 1.5, "costs": costs}))
+    assert oce_curve.main(["--results", str(tmp_path), "--machine", "m"]) == 0
+    table = (tmp_path / "oce_curve_m.md").read_text()
+    assert "| gmn | 1 | 4.200 ± 0.200 (3) |  | 1.96 |  | 1,001 | 64 | 10.0 | 500.0 | 2.0 | 3.0 | 4.0 | 7 |" in table
+    assert "| gmn | 2 | not run yet |  | 1.69 | 0.86 | 1,002 |" in table
+    assert "| gmn | 8 | 2.000 (1) | 0.48 | 1.06 | 0.54 | 1,008 |" in table
+    assert "| dws | 8 | not run yet |  | 1.36 | 0.59 |  |" in table and "nft" not in table and "load average 1.5" in table
+    assert (tmp_path / "oce_curve_m.png").read_bytes().startswith(b"\x89PNG")
+
+    (tmp_path / "oce_cost_m.json").unlink()  # before the costs are measured: quality alone, said so
+    oce_curve.write_report(tmp_path, "m")
+    assert "`oce_cost_<machine>.json` not measured yet" in (tmp_path / "oce_curve_m.md").read_text()
+
+
+def test_oce_ablation_reports_every_variant_and_what_is_not_run_yet():
+    import oce_ablation
+
+    runs = [synthetic_run("gmn", 1, seed, 0.04, parameters=167_314) for seed in range(3)]
+    runs += [synthetic_run("gmn", 8, 0, 0.024, 163_202), synthetic_run("gmn_coupled", 8, 0, 0.020, 166_802),
+             synthetic_run("gmn_coupled", 8, 1, 0.022, 166_802)]
+    ensembles = [{"seeds": list(range(8)), "test_mse_x1e-2": 3.0}]
+    missing = [{"seeds": list(range(8, 16)), "not_recorded": [9]}]
+    markdown, results = oce_ablation.report(runs, ensembles, missing, 8, "m")
+    rows = [line for line in markdown.splitlines() if line.startswith("| ")][1:]
+    assert rows == ["| k = 1, one editor | 1x | 167,314 | 4.000 ± 0.000 (3) |",
+                    "| (a) OCE k = 8, eight members averaged | 1x | 163,202 | 2.400 (1) |",
+                    "| (b) one network of width 8 x 32 decoded directly (`gmn_coupled`) | 1x | 166,802 "
+                    "| 2.100 ± 0.141 (2) |",
+                    "| (c) 8 k = 1 editors averaged at inference | 8x | 1,338,512 | 3.000 (1) |",
+                    "| (d) k = 8, members forced identical (`gmn_tied`) | 1x |  | not run yet |"]
+    assert "gmn k=8: seeds [1, 2] not run yet." in markdown and "gmn_tied k=8: seeds [0, 1, 2] not run yet." in markdown
+    assert "Ensemble of seeds 8-15 not computed: seeds [9] are not recorded yet." in markdown
+    assert [v["test_mse_x1e-2"] for v in results["variants"]][2] == pytest.approx([2.0, 2.2])
