@@ -1,15 +1,21 @@
-"""INR fitting speed: the batched fitter against one nn.Module + torch.optim.Adam per image.
+"""INR fitting speed: the batched fitter (compiled kernel and pure-torch path) against one nn.Module + torch.optim.Adam per image.
 
-Prints INR-steps per second for both in one run, their ratio, microseconds per INR-step and
-the fraction of this CPU's large-sgemm throughput the batched fitter reaches (one INR-step of
-2-32-32-1 at 784 pixels is about 5.3 MFLOP of forward+backward, plus 2 x 784 x 64 sin/cos).
+For each thread count, times the three in one process, interleaved over ``--repeats`` rounds,
+and prints medians: microseconds per INR-step, the ratios to the per-network loop, and the
+fraction of this CPU's large-sgemm throughput the fitter reaches (one INR-step of 2-32-32-1
+at 784 pixels is about 5.3 MFLOP of forward+backward, plus 2 x 784 x 64 sin/cos). The load
+average is printed beside the numbers: other jobs on the CPU slow every method.
 
-    python benchmarks/inr_fit.py [--threads 1] [--inrs 128] [--steps 50]
+    python benchmarks/inr_fit.py [--threads 1 2] [--inrs 128] [--steps 50] [--out results.md]
 """
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -17,13 +23,14 @@ from neuralgraph.data.mnist import load_subset
 from neuralgraph.inr import DWS_MNIST, FitConfig, Siren, fit_inrs, grid_coordinates, init_siren
 
 FLOP_PER_INR_STEP = 5.3e6
+BACKENDS = ("cpp", "torch")
 
 
-def batched(images: torch.Tensor, steps: int, pool_size: int) -> float:
+def batched(images: torch.Tensor, steps: int, pool_size: int, backend: str) -> float:
     """Seconds for ``steps`` Adam steps of every INR (no early stop)."""
     start = time.perf_counter()
     fit_inrs(images, range(len(images)), DWS_MNIST, FitConfig(steps=steps, target_psnr=float("inf"),
-                                                              pool_size=pool_size))
+                                                              pool_size=pool_size), backend=backend)
     return time.perf_counter() - start
 
 
@@ -53,33 +60,61 @@ def sgemm_gflops(size: int = 1024, repeats: int = 10) -> float:
     return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
 
 
+def measure(images: torch.Tensor, args, threads: int) -> dict:
+    """Median us/INR-step of each backend and of the loop at ``threads``, interleaved."""
+    torch.set_num_threads(threads)
+    for backend in BACKENDS:  # warm-up (and the kernel's build, if not cached)
+        batched(images[:4], 3, args.pool_size, backend)
+    per_network(images[:1], 3)
+    samples = {name: [] for name in (*BACKENDS, "loop")}
+    for _ in range(args.repeats):
+        for backend in BACKENDS:
+            samples[backend].append(1e6 * batched(images, args.steps, args.pool_size, backend)
+                                    / (len(images) * args.steps))
+        samples["loop"].append(1e6 * per_network(images[:args.loop_inrs], args.steps) / (args.loop_inrs * args.steps))
+    us = {name: statistics.median(values) for name, values in samples.items()}
+    return {"threads": threads, "us": us, "spread": {k: (min(v), max(v)) for k, v in samples.items()},
+            "sgemm_gflops": sgemm_gflops(), "load": os.getloadavg()[0]}
+
+
+def table(rows: list[dict], args) -> str:
+    lines = [f"batched: {args.inrs} INRs x {args.steps} Adam steps, pool {args.pool_size}; loop: {args.loop_inrs} INRs; "
+             f"medians of {args.repeats} interleaved rounds (min-max)", "",
+             "| threads | load avg | method | us/INR-step | vs loop | of sgemm |", "|---|---|---|---|---|---|"]
+    names = {"cpp": "fit_inrs, compiled kernel", "torch": "fit_inrs, pure-torch path",
+             "loop": "nn.Module + Adam per image"}
+    for row in rows:
+        for name, label in names.items():
+            us, (low, high) = row["us"][name], row["spread"][name]
+            sgemm = FLOP_PER_INR_STEP / us / 1e3 / row["sgemm_gflops"]
+            lines.append(f"| {row['threads']} | {row['load']:.2f} | {label} | {us:.0f} ({low:.0f}-{high:.0f}) | "
+                         f"{row['us']['loop'] / us:.1f}x | {sgemm:.0%} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: other jobs share this CPU)")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1],
+                        help="torch thread counts (1: other jobs share this CPU)")
     parser.add_argument("--inrs", type=int, default=128, help="INRs for the batched fitter")
     parser.add_argument("--loop-inrs", type=int, default=8, help="INRs for the per-network loop")
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--pool-size", type=int, default=FitConfig.pool_size)
+    parser.add_argument("--out", type=Path, help="also write the table (markdown) here")
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
     images = torch.from_numpy(load_subset("train").images[:args.inrs]).float() / 255
-    batched(images[:4], 3, args.pool_size)  # warm-up
-    per_network(images[:1], 3)
-    # the fitter counts a final evaluation per INR as a step's forward; count only Adam steps
-    t_batched = batched(images, args.steps, args.pool_size)
-    t_loop = per_network(images[:args.loop_inrs], args.steps)
-    rate_batched = args.inrs * args.steps / t_batched
-    rate_loop = args.loop_inrs * args.steps / t_loop
-    peak = sgemm_gflops()
-    achieved = rate_batched * FLOP_PER_INR_STEP / 1e9
-    print(f"threads={args.threads}  batched: {args.inrs} INRs x {args.steps} steps, pool {args.pool_size}")
-    print(f"{'method':<22}{'INR-steps/s':>14}{'us/INR-step':>14}")
-    print(f"{'batched fit_inrs':<22}{rate_batched:>14.0f}{1e6 / rate_batched:>14.1f}")
-    print(f"{'per-network loop':<22}{rate_loop:>14.0f}{1e6 / rate_loop:>14.1f}")
-    print(f"speed-up batched / loop: {rate_batched / rate_loop:.1f}x")
-    print(f"batched: {achieved:.1f} GFLOP/s = {achieved / peak:.0%} of this CPU's 1024^3 sgemm ({peak:.1f} GFLOP/s)")
-    return {"batched_us_per_inr_step": 1e6 / rate_batched, "loop_us_per_inr_step": 1e6 / rate_loop,
-            "ratio": rate_batched / rate_loop, "fraction_of_sgemm": achieved / peak, "threads": args.threads}
+    rows = [measure(images, args, threads) for threads in args.threads]
+    text = table(rows, args)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        command = " ".join(sys.argv[1:] if argv is None else argv)
+        args.out.write_text(f"# INR fitting speed\n\n`python benchmarks/inr_fit.py {command}`\n\n{text}")
+    last = rows[-1]
+    return {"batched_us_per_inr_step": last["us"]["cpp"], "torch_us_per_inr_step": last["us"]["torch"],
+            "loop_us_per_inr_step": last["us"]["loop"], "ratio": last["us"]["loop"] / last["us"]["cpp"],
+            "threads": last["threads"]}
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""SIREN convention, rendering, the hand-written gradient and the batched fitter."""
+"""SIREN convention, rendering, the hand-written gradient, the compiled kernel and the batched fitter."""
+import dataclasses
 import math
 
 import pytest
@@ -6,12 +7,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import neuralgraph._kernels as kernels
 from neuralgraph.data.mnist import load_subset
 from neuralgraph.inr import (
     DWS_MNIST,
     FitConfig,
     Siren,
     SirenConvention,
+    _compiled_loss_and_gradient,
     _loss_and_gradient,
     _Workspace,
     fit_inrs,
@@ -108,6 +111,67 @@ def test_hand_written_gradient_equals_autograd(convention, n, height, width):
     assert torch.allclose(grad, leaf.grad, rtol=1e-9, atol=1e-12)
 
 
+def compiled_kernel():
+    """The compiled SIREN kernel (built on first use, about 3 s), or a skip saying why it is absent."""
+    try:
+        return kernels.siren_library()
+    except kernels.KernelBuildError as err:
+        pytest.skip(f"compiled SIREN kernel unavailable: {err}")
+
+
+@settings(max_examples=25, deadline=None)
+@given(conventions.filter(lambda c: len(c.layout) == 4), st.integers(1, 40), st.integers(1, 40),
+       st.integers(1, 3), st.integers(1, 30), st.integers(1, 30))
+def test_compiled_kernel_matches_float64_reference(convention, d1, d2, n, height, width):
+    # widths not multiple of the kernel's 3- and 4-row blocks, images not multiple of its 112-pixel chunks
+    compiled_kernel()
+    convention = SirenConvention(**{**convention.to_dict(), "layout": (2, d1, d2, 1)})
+    weights, biases = perturbed_inrs(convention, n)
+    flat = pack(weights, biases)
+    targets = torch.rand(n, height, width, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    space = _Workspace(n, convention.layout, height * width, "cpu", torch.float64)
+    mse, grad = _loss_and_gradient(flat, targets, grid_axes(height, width, dtype=torch.float64), convention, space)
+    mse32, grad32 = _compiled_loss_and_gradient(flat.float(), targets.float(), grid_axes(height, width), convention)
+    # float32 rounding: the pure-torch path in float32 is off by up to 2e-6 (loss) and 3e-6 (gradient) here
+    assert torch.allclose(mse32.double(), mse, rtol=2e-5, atol=0)
+    assert ((grad32.double() - grad).abs() <= 3e-5 * grad.abs().amax(1, keepdim=True)).all()
+
+
+def test_compiled_kernel_follows_the_torch_path():
+    compiled_kernel()
+    images, config = digits(3), FitConfig(lr=1e-3, target_psnr=100.0)
+    for steps in (1, 10, 100):
+        fits = [fit_inrs(images, [3, 4, 5], DWS_MNIST, dataclasses.replace(config, steps=steps), backend=backend)
+                for backend in ("cpp", "torch")]
+        mse = [10 ** (-fit.psnr.double() / 10) for fit in fits]
+        assert torch.allclose(mse[0], mse[1], rtol=1e-5, atol=0), steps
+        for a, b in zip(fits[0].weights + fits[0].biases, fits[1].weights + fits[1].biases):
+            assert torch.allclose(a, b, rtol=0, atol=1e-5 * b.abs().max().item()), steps
+
+
+def test_backend_choice_and_errors(monkeypatch, tmp_path):
+    images = digits(1)
+    monkeypatch.setenv("NEURALGRAPH_INR_BACKEND", "fast")
+    with pytest.raises(ValueError, match=r"NEURALGRAPH_INR_BACKEND 'fast'"):
+        fit_inrs(images, [0], config=FitConfig(steps=1))
+    monkeypatch.delenv("NEURALGRAPH_INR_BACKEND")
+    with pytest.raises(ValueError, match="float32 SIRENs"):
+        fit_inrs(images.double(), [0], config=FitConfig(steps=1), backend="cpp")
+    with pytest.raises(ValueError, match=r"layout \(2, 8, 1\)"):
+        fit_inrs(images, [0], SirenConvention(layout=(2, 8, 1)), FitConfig(steps=1), backend="cpp")
+    # no compiler: "cpp" is an error naming the source, "auto" warns and fits with the torch path
+    monkeypatch.setattr(kernels, "_siren", None)
+    monkeypatch.setenv("NEURALGRAPH_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-compiler"))
+    with pytest.raises(kernels.KernelBuildError, match="siren_step.cpp: compiler"):
+        fit_inrs(images, [0], config=FitConfig(steps=1), backend="cpp")
+    with pytest.warns(UserWarning, match="pure-torch path"):
+        fallback = fit_inrs(images, [0], config=FitConfig(steps=3))
+    reference = fit_inrs(images, [0], config=FitConfig(steps=3), backend="torch")
+    assert torch.equal(fallback.weights[1], reference.weights[1])
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_init_schemes_and_per_seed_determinism():
     weights, biases = init_siren([5, 6], DWS_MNIST)
     again, _ = init_siren([6], DWS_MNIST)
@@ -155,13 +219,17 @@ def two_threads():
     torch.set_num_threads(threads)
 
 
-def test_an_inr_does_not_depend_on_its_batch_mates(two_threads):
+@pytest.mark.parametrize("backend", ["cpp", "torch"])
+def test_an_inr_does_not_depend_on_its_batch_mates(two_threads, backend):
+    if backend == "cpp":
+        compiled_kernel()
     images = digits(7)
     config = dict(steps=30, target_psnr=11.0)
-    together = fit_inrs(images, range(7), SIREN_INIT, FitConfig(pool_size=3, **config))
+    together = fit_inrs(images, range(7), SIREN_INIT, FitConfig(pool_size=3, **config), backend=backend)
     assert len(set(together.steps.tolist())) > 1  # INRs left the pool at different steps
-    alone = fit_inrs(images[[5]], [5], SIREN_INIT, FitConfig(pool_size=1, **config))
-    reversed_ = fit_inrs(images.flip(0), range(6, -1, -1), SIREN_INIT, FitConfig(pool_size=7, **config))
+    alone = fit_inrs(images[[5]], [5], SIREN_INIT, FitConfig(pool_size=1, **config), backend=backend)
+    reversed_ = fit_inrs(images.flip(0), range(6, -1, -1), SIREN_INIT, FitConfig(pool_size=7, **config),
+                         backend=backend)
     for a, b, c in zip(together.weights + together.biases, alone.weights + alone.biases,
                        reversed_.weights + reversed_.biases):
         assert torch.equal(a[5], b[0])

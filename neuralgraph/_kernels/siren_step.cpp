@@ -1,0 +1,284 @@
+// Loss and gradient of a batch of SIRENs 2-d1-d2-1 on an H x W grid, one INR per OpenMP task.
+//
+// The same mathematics as neuralgraph.inr._loss_and_gradient (closed-form backward, layer 1
+// by angle addition), fused so that each INR's activations never leave the cache: the pixels
+// are processed in chunks of PC, and within a chunk every elementwise step (sin and cos from
+// one range reduction, the output layer, the residual, the factors of the backward) runs on
+// the registers a small matrix product has just produced. Each INR is computed by one thread
+// in a fixed order, so its result does not depend on the other INRs of the batch.
+//
+// Built lazily by neuralgraph/_kernels/__init__.py (g++ -O3 -march=native -fopenmp) and called
+// through ctypes; plain C ABI, no torch headers (compiles in seconds).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+constexpr int LANES = 16;
+typedef float v16 __attribute__((vector_size(LANES * sizeof(float))));
+typedef int32_t i16 __attribute__((vector_size(LANES * sizeof(int32_t))));
+// 7 vectors (112 pixels: 784 = 7 chunks) and 3-row blocks: 21 accumulators + 7 operands fit the
+// 32 AVX-512 registers; measured 15% faster than 4 x 2 and 2 x 8 on 28 x 28 images
+constexpr int NV = 7;               // vectors per chunk
+constexpr int JB = 3;               // rows per register block of the chunk products
+constexpr int PC = NV * LANES;      // pixels per chunk
+
+inline v16 splat(float x) { return v16{} + x; }
+inline float hsum(v16 x) {
+    float s = 0.f;
+    for (int i = 0; i < LANES; ++i) s += x[i];
+    return s;
+}
+
+// sin and cos of x from one reduction: x = q pi/2 + r (Cody-Waite, |x| < 2^20), Cephes minimax
+// polynomials on |r| <= pi/4 (about 1 ulp), then the quadrant q mod 4 swaps and signs them.
+inline void sincos16(v16 x, v16& s, v16& c) {
+    const v16 shifter = splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
+    v16 t = x * splat(0.636619772367581343f) + shifter;
+    v16 q = t - shifter;
+    i16 qi = (i16)t - (i16)shifter;
+    v16 r = x - q * splat(1.5703125f);
+    r = r - q * splat(4.837512969970703125e-4f);
+    r = r - q * splat(7.549789948768648e-8f);
+    v16 r2 = r * r;
+    v16 ps = ((splat(-1.9515295891e-4f) * r2 + splat(8.3321608736e-3f)) * r2 + splat(-1.6666654611e-1f)) * r2 * r + r;
+    v16 pc = ((splat(2.443315711809948e-5f) * r2 + splat(-1.388731625493765e-3f)) * r2 + splat(4.166664568298827e-2f))
+                 * r2 * r2 - splat(0.5f) * r2 + splat(1.f);
+    i16 swap = (qi & 1) != 0;
+    v16 sv = swap ? pc : ps;
+    v16 cv = swap ? ps : pc;
+    i16 sin_sign = (qi & 2) << 30;
+    i16 cos_sign = ((qi + 1) & 2) << 30;
+    s = (v16)((i16)sv ^ sin_sign);
+    c = (v16)((i16)cv ^ cos_sign);
+}
+
+inline v16 load(const float* p) { v16 x; std::memcpy(&x, p, sizeof x); return x; }
+inline void store(float* p, v16 x) { std::memcpy(p, &x, sizeof x); }
+
+// acc[j][v] = bias[j] + sum_k a[j * lda + k * ldk] b[k][v] for JB rows j, the chunk's NV vectors
+template <int JB>
+inline void rows_times_chunk(const float* a, int lda, int ldk, int kdim, const float* b, const float* bias,
+                             v16 (&acc)[JB][NV]) {
+    for (int jb = 0; jb < JB; ++jb)
+        for (int v = 0; v < NV; ++v) acc[jb][v] = splat(bias ? bias[jb] : 0.f);
+    for (int k = 0; k < kdim; ++k) {
+        v16 bv[NV];
+        for (int v = 0; v < NV; ++v) bv[v] = load(b + k * PC + v * LANES);
+        for (int jb = 0; jb < JB; ++jb) {
+            v16 w = splat(a[jb * lda + k * ldk]);
+            for (int v = 0; v < NV; ++v) acc[jb][v] += w * bv[v];
+        }
+    }
+}
+
+// acc[j][k] += sum_v x[j][v] y[k][v], lane-wise (reduced over lanes at the end of the INR)
+template <int JB, int KB>
+inline void outer_chunk(const float* x, const float* y, v16* acc, int ld) {
+    v16 a[JB][KB];
+    for (int jb = 0; jb < JB; ++jb)
+        for (int kb = 0; kb < KB; ++kb) a[jb][kb] = acc[jb * ld + kb];
+    for (int v = 0; v < NV; ++v) {
+        v16 xv[JB], yv[KB];
+        for (int jb = 0; jb < JB; ++jb) xv[jb] = load(x + jb * PC + v * LANES);
+        for (int kb = 0; kb < KB; ++kb) yv[kb] = load(y + kb * PC + v * LANES);
+        for (int jb = 0; jb < JB; ++jb)
+            for (int kb = 0; kb < KB; ++kb) a[jb][kb] += xv[jb] * yv[kb];
+    }
+    for (int jb = 0; jb < JB; ++jb)
+        for (int kb = 0; kb < KB; ++kb) acc[jb * ld + kb] = a[jb][kb];
+}
+
+struct Problem {
+    int height, width, d1, d2, pixels, padded, row_input;
+    float w0, offset;
+    const float *rows, *cols;
+    std::vector<float> in0, in1, mask;  // per padded pixel: the two inputs, 1 for a real pixel
+};
+
+struct Scratch {
+    std::vector<float> sr, cr, sc, cc;                // layer 1's sin/cos of the row and column parts
+    std::vector<float> h1, c1, h2, c2, gz, out, g;    // one chunk of activations, [d][PC]
+    std::vector<float> w2, b2, w3s;                   // w0 W2, w0 b2, w0 w3 (the factors the angles need)
+    std::vector<v16> gw1, gw2, gw3;                   // lane-wise gradient accumulators
+    Scratch(const Problem& pr) {
+        int h = pr.height + LANES, w = pr.width + LANES;
+        sr.resize(pr.d1 * h); cr.resize(pr.d1 * h); sc.resize(pr.d1 * w); cc.resize(pr.d1 * w);
+        h1.resize(pr.d1 * PC); c1.resize(pr.d1 * PC); h2.resize(pr.d2 * PC); c2.resize(pr.d2 * PC);
+        gz.resize(pr.d2 * PC); out.resize(PC); g.resize(PC);
+        w2.resize(pr.d2 * pr.d1); b2.resize(pr.d2); w3s.resize(pr.d2);
+        gw1.resize(pr.d1 * 3); gw2.resize(pr.d2 * (pr.d1 + 1)); gw3.resize(pr.d2 + 1);
+    }
+};
+
+// sin/cos of w0 (u x + b) for the n values x of an axis, into s and c (padded to whole vectors)
+void axis_sincos(const float* axis, int n, float u, float b, float w0, float* s, float* c) {
+    for (int i = 0; i < n; i += LANES) {
+        v16 x{};
+        for (int l = 0; l < LANES && i + l < n; ++l) x[l] = axis[i + l];
+        v16 sv, cv;
+        sincos16(splat(w0) * (splat(u) * x + splat(b)), sv, cv);
+        store(s + i, sv);
+        store(c + i, cv);
+    }
+}
+
+void one_inr(const Problem& pr, Scratch& sp, const float* flat, const float* target, float* mse, float* grad) {
+    const int d1 = pr.d1, d2 = pr.d2, H = pr.height, W = pr.width, P = pr.pixels;
+    const float w0 = pr.w0;
+    const float* b1 = flat;                  // [d1][3]: weight of input 0, input 1, bias
+    const float* b2 = flat + 3 * d1;         // [d2][d1 + 1]
+    const float* b3 = b2 + d2 * (d1 + 1);    // [d2 + 1]
+    const int hs = H + LANES, ws = W + LANES;
+    for (int k = 0; k < d1; ++k) {
+        float u_row = b1[3 * k + pr.row_input], u_col = b1[3 * k + 1 - pr.row_input];
+        axis_sincos(pr.rows, H, u_row, b1[3 * k + 2], w0, &sp.sr[k * hs], &sp.cr[k * hs]);
+        axis_sincos(pr.cols, W, u_col, 0.f, w0, &sp.sc[k * ws], &sp.cc[k * ws]);
+    }
+    for (int j = 0; j < d2; ++j) {
+        for (int k = 0; k < d1; ++k) sp.w2[j * d1 + k] = w0 * b2[j * (d1 + 1) + k];
+        sp.b2[j] = w0 * b2[j * (d1 + 1) + d1];
+        sp.w3s[j] = w0 * b3[j];
+    }
+    std::fill(sp.gw1.begin(), sp.gw1.end(), v16{});
+    std::fill(sp.gw2.begin(), sp.gw2.end(), v16{});
+    std::fill(sp.gw3.begin(), sp.gw3.end(), v16{});
+    v16 sq{};
+    const v16 two_over_p = splat(2.f / P);
+    for (int p0 = 0; p0 < pr.padded; p0 += PC) {
+        // layer 1 by angle addition, one image row segment at a time; padded pixels are zero
+        for (int k = 0; k < d1; ++k) {
+            float* h = &sp.h1[k * PC];
+            float* c = &sp.c1[k * PC];
+            for (int i = 0; i < PC;) {
+                int p = p0 + i;
+                if (p >= P) { h[i] = 0.f; c[i] = 0.f; ++i; continue; }
+                int r = p / W, col = p % W, len = std::min(W - col, PC - i);
+                float s_r = sp.sr[k * hs + r], c_r = sp.cr[k * hs + r];
+                const float* s_c = &sp.sc[k * ws + col];
+                const float* c_c = &sp.cc[k * ws + col];
+                for (int m = 0; m < len; ++m) {
+                    h[i + m] = s_r * c_c[m] + c_r * s_c[m];
+                    c[i + m] = c_r * c_c[m] - s_r * s_c[m];
+                }
+                i += len;
+            }
+        }
+        // layer 2 (bmm with w0 W2), its sin and cos, and the output layer, fused
+        v16 out[NV] = {};
+        auto finish = [&](int jj, v16* acc) {
+            for (int v = 0; v < NV; ++v) {
+                v16 s, c;
+                sincos16(acc[v], s, c);
+                store(&sp.h2[jj * PC + v * LANES], s);
+                store(&sp.c2[jj * PC + v * LANES], c);
+                out[v] += splat(b3[jj]) * s;
+            }
+        };
+        int j = 0;
+        for (; j + JB <= d2; j += JB) {
+            v16 acc[JB][NV];
+            rows_times_chunk<JB>(&sp.w2[j * d1], d1, 1, d1, sp.h1.data(), &sp.b2[j], acc);
+            for (int jb = 0; jb < JB; ++jb) finish(j + jb, acc[jb]);
+        }
+        for (; j < d2; ++j) {
+            v16 acc[1][NV];
+            rows_times_chunk<1>(&sp.w2[j * d1], d1, 1, d1, sp.h1.data(), &sp.b2[j], acc);
+            finish(j, acc[0]);
+        }
+        // residual, loss, dL/d(output) = 2 (f - y) / P
+        for (int v = 0; v < NV; ++v) {
+            v16 y{};
+            int p = p0 + v * LANES;
+            for (int l = 0; l < LANES && p + l < P; ++l) y[l] = target[p + l];
+            v16 m = load(&pr.mask[p]);
+            v16 res = (out[v] + splat(b3[d2] + pr.offset) - y) * m;
+            sq += res * res;
+            v16 g = res * two_over_p;
+            store(&sp.g[v * LANES], g);
+            sp.gw3[d2] += g;
+        }
+        // output layer's gradient; dL/dz2 = w0 w3 cos(w0 z2) g
+        for (int j = 0; j < d2; ++j) {
+            v16 acc = sp.gw3[j];
+            for (int v = 0; v < NV; ++v) {
+                v16 g = load(&sp.g[v * LANES]);
+                acc += g * load(&sp.h2[j * PC + v * LANES]);
+                store(&sp.gz[j * PC + v * LANES], load(&sp.c2[j * PC + v * LANES]) * g * splat(sp.w3s[j]));
+            }
+            sp.gw3[j] = acc;
+        }
+        // layer 2's block gradient [d2][d1 + 1] += dL/dz2 [d2][PC] x [h1; 1]^T
+        const int ld = d1 + 1;
+        for (j = 0; j + 4 <= d2; j += 4) {
+            int k = 0;
+            for (; k + 4 <= d1; k += 4) outer_chunk<4, 4>(&sp.gz[j * PC], &sp.h1[k * PC], &sp.gw2[j * ld + k], ld);
+            for (; k < d1; ++k) outer_chunk<4, 1>(&sp.gz[j * PC], &sp.h1[k * PC], &sp.gw2[j * ld + k], ld);
+        }
+        for (; j < d2; ++j)
+            for (int k = 0; k < d1; ++k) outer_chunk<1, 1>(&sp.gz[j * PC], &sp.h1[k * PC], &sp.gw2[j * ld + k], ld);
+        for (int jj = 0; jj < d2; ++jj)
+            for (int v = 0; v < NV; ++v) sp.gw2[jj * ld + d1] += load(&sp.gz[jj * PC + v * LANES]);
+        // dL/dh1 = W2^T dL/dz2; dL/dz1 = w0 cos(w0 z1) dL/dh1; layer 1's block gradient
+        auto layer1 = [&](int k, v16* acc) {
+            for (int v = 0; v < NV; ++v) {
+                int p = p0 + v * LANES;
+                v16 gz1 = splat(w0) * load(&sp.c1[k * PC + v * LANES]) * acc[v];
+                sp.gw1[3 * k] += gz1 * load(&pr.in0[p]);
+                sp.gw1[3 * k + 1] += gz1 * load(&pr.in1[p]);
+                sp.gw1[3 * k + 2] += gz1;
+            }
+        };
+        int k = 0;
+        for (; k + JB <= d1; k += JB) {
+            v16 acc[JB][NV];
+            rows_times_chunk<JB>(b2 + k, 1, d1 + 1, d2, sp.gz.data(), nullptr, acc);
+            for (int kb = 0; kb < JB; ++kb) layer1(k + kb, acc[kb]);
+        }
+        for (; k < d1; ++k) {
+            v16 acc[1][NV];
+            rows_times_chunk<1>(b2 + k, 1, d1 + 1, d2, sp.gz.data(), nullptr, acc);
+            layer1(k, acc[0]);
+        }
+    }
+    *mse = hsum(sq) / P;
+    for (int i = 0; i < 3 * d1; ++i) grad[i] = hsum(sp.gw1[i]);
+    for (int i = 0; i < d2 * (d1 + 1); ++i) grad[3 * d1 + i] = hsum(sp.gw2[i]);
+    for (int i = 0; i <= d2; ++i) grad[3 * d1 + d2 * (d1 + 1) + i] = hsum(sp.gw3[i]);
+}
+
+}  // namespace
+
+extern "C" {
+
+// Per-INR mean squared error mse[n] and gradient grad[n][num_parameters] of the packed
+// parameters flat[n][num_parameters] (neuralgraph.inr.pack) against targets[n][H * W];
+// rows[H], cols[W]: the grid axes; row_input: which input is the row coordinate.
+void siren_loss_and_gradient(int n, int height, int width, int d1, int d2, const float* flat, const float* targets,
+                            const float* rows, const float* cols, int row_input, float w0, float offset,
+                            float* mse, float* grad, int threads) {
+    Problem pr;
+    pr.height = height; pr.width = width; pr.d1 = d1; pr.d2 = d2; pr.row_input = row_input;
+    pr.pixels = height * width;
+    pr.padded = (pr.pixels + PC - 1) / PC * PC;
+    pr.w0 = w0; pr.offset = offset; pr.rows = rows; pr.cols = cols;
+    pr.in0.assign(pr.padded, 0.f); pr.in1.assign(pr.padded, 0.f); pr.mask.assign(pr.padded, 0.f);
+    for (int p = 0; p < pr.pixels; ++p) {
+        float r = rows[p / width], c = cols[p % width];
+        pr.in0[p] = row_input == 0 ? r : c;
+        pr.in1[p] = row_input == 0 ? c : r;
+        pr.mask[p] = 1.f;
+    }
+    const long params = 3L * d1 + (long)d2 * (d1 + 1) + d2 + 1;
+#pragma omp parallel num_threads(threads)
+    {
+        Scratch sp(pr);
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < n; ++i)
+            one_inr(pr, sp, flat + i * params, targets + (long)i * pr.pixels, mse + i, grad + i * params);
+    }
+
+}
+}
