@@ -242,3 +242,18 @@ def test_fit_rejects_bad_input():
         fit_inrs(torch.rand(28, 28), [0])
     with pytest.raises(ValueError, match="seeds"):
         fit_inrs(torch.rand(2, 28, 28), [0])
+
+
+@pytest.mark.slow  # two spawned processes import torch: about 30 s on a loaded 2-core machine
+def test_make_inrs_in_worker_processes_writes_the_same_bytes(tmp_path):
+    from neuralgraph.data import GenerationSettings, make_inrs
+
+    settings = GenerationSettings(fit=FitConfig(steps=6), source="embedded", shard_size=3)
+    for workers in (1, 2):
+        make_inrs(tmp_path / str(workers), ("train",), limit=5, settings=settings, progress=False, workers=workers)
+    files = sorted(p.name for p in (tmp_path / "1").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "2").iterdir()) and "train-00001.safetensors" in files
+    for name in files:
+        assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes(), name
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        make_inrs(tmp_path / "0", ("train",), limit=5, settings=settings, progress=False, workers=0)

@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=positive_int, default=None, help="Adam steps at most per INR (default: the preset's)")
     parser.add_argument("--pool-size", type=positive_int, default=PRESETS[DEFAULT_PRESET].fit.pool_size,
                         help="INRs optimised together (speed only)")
-    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--threads", type=positive_int, default=None,
+                        help="CPU cores to use (default: torch's thread count); on cpu, more than one "
+                             "fits in that many processes of one thread each")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
         settings, convention=dataclasses.replace(settings.convention, init=args.init or settings.convention.init),
         fit=dataclasses.replace(settings.fit, steps=args.steps or settings.fit.steps, pool_size=args.pool_size))
     splits = SPLITS if args.split == "all" else (args.split,)
-    manifest = make_inrs(args.out, splits, args.limit, settings, args.device, args.mnist)
+    manifest = make_inrs(args.out, splits, args.limit, settings, args.device, args.mnist,
+                         workers=torch.get_num_threads())
     for split in splits:
         print(f"{split}: {manifest['splits'][split]['count']} INRs in {len(manifest['splits'][split]['shards'])} shards")
     return 0

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
@@ -37,7 +40,7 @@ from safetensors.torch import save as safetensors_bytes
 from tqdm import tqdm
 
 from neuralgraph.data.mnist import Digits, PathLike, load_digits
-from neuralgraph.inr import DWS_MNIST, FitConfig, SirenConvention, fit_inrs, preset
+from neuralgraph.inr import DWS_MNIST, FitConfig, FitResult, SirenConvention, fit_inrs, preset
 
 MANIFEST = "manifest.json"
 FORMAT = "neuralgraph-mnist-inrs/1"
@@ -206,33 +209,75 @@ def read_shard(path: Path, record: dict, command: str) -> dict:
         raise DatasetError(f"{path}: not a readable safetensors file ({err})") from err
 
 
-def _fit_shard(digits: Digits, mnist_split: str, settings: GenerationSettings, device, bar: tqdm) -> dict:
-    """Fit the INRs of ``digits``; the tensors of one shard."""
-    images = torch.from_numpy(digits.images).float() / 255
-    seeds = [inr_seed(settings.seed, mnist_split, i) for i in digits.indices]
-    result = fit_inrs(images, seeds, settings.convention, settings.fit, device, on_finished=bar.update)
+def _fit_digits(images: np.ndarray, seeds: list[int], settings: GenerationSettings, device,
+                on_finished=None) -> FitResult:
+    return fit_inrs(torch.from_numpy(images).float() / 255, seeds, settings.convention, settings.fit, device,
+                    on_finished=on_finished)
+
+
+def _one_thread_worker() -> None:
+    torch.set_num_threads(1)
+
+
+def _shard_fits(shards: list, settings: GenerationSettings, device, workers: int,
+                bar: tqdm) -> Iterator[list[FitResult]]:
+    """The fits of each shard's INRs ``(split, path, digits, seeds)``, shard by shard: here, or
+    cut into ``workers`` pieces fitted in as many one-thread processes (every piece is submitted
+    at once, so the processes never wait for a shard to be written)."""
+    if workers == 1 or str(device) != "cpu":
+        for _, _, digits, seeds in shards:
+            yield [_fit_digits(digits.images, seeds, settings, device, bar.update)]
+        return
+    pool = ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), _one_thread_worker)
+    try:
+        submitted = []
+        for _, _, digits, seeds in shards:
+            size = -(-len(seeds) // workers)
+            pieces = []
+            for lo in range(0, len(seeds), size):
+                piece = pool.submit(_fit_digits, digits.images[lo:lo + size], seeds[lo:lo + size], settings, device)
+                count = len(seeds[lo:lo + size])
+                piece.add_done_callback(lambda f, count=count: f.cancelled() or f.exception() or bar.update(count))
+                pieces.append(piece)
+            submitted.append(pieces)
+        for pieces in submitted:
+            yield [piece.result() for piece in pieces]
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def _shard_tensors(digits: Digits, results: list[FitResult]) -> dict:
+    """The tensors of one shard, from the fits of consecutive pieces of its ``digits``."""
     tensors = {}
-    for l, (w, b) in enumerate(zip(result.weights, result.biases), start=1):
-        tensors[f"layer{l}.weight"] = w.contiguous()
-        tensors[f"layer{l}.bias"] = b.contiguous()
+    for l in range(len(results[0].weights)):
+        tensors[f"layer{l + 1}.weight"] = torch.cat([r.weights[l] for r in results]).contiguous()
+        tensors[f"layer{l + 1}.bias"] = torch.cat([r.biases[l] for r in results]).contiguous()
     tensors.update(
         image=torch.from_numpy(np.ascontiguousarray(digits.images)),
         label=torch.from_numpy(digits.labels.astype(np.int64)),
         mnist_index=torch.from_numpy(digits.indices.astype(np.int64)),
-        psnr=result.psnr.contiguous(),
-        steps=result.steps.contiguous(),
+        psnr=torch.cat([r.psnr for r in results]).contiguous(),
+        steps=torch.cat([r.steps for r in results]).contiguous(),
     )
     return tensors
 
 
 def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[int] = None,
               settings: GenerationSettings = GenerationSettings(), device: str = "cpu",
-              root: Optional[PathLike] = None, progress: bool = True) -> dict:
+              root: Optional[PathLike] = None, progress: bool = True, workers: int = 1) -> dict:
     """Fit and write (or finish writing) the INRs of ``splits`` into ``out``; return the manifest.
+
+    ``workers > 1`` (CPU only) fits in that many processes of one torch thread each: a shard is
+    cut into ``workers`` consecutive pieces fitted in parallel, and shards are written in order.
+    An INR does not depend on its batch-mates, so the folder is byte-identical for any
+    ``workers``. On a CPU shared with other jobs this scales where one process with
+    ``workers`` threads does not (docs/inr.md).
 
     Resuming into a folder whose manifest has other settings, or a split with another
     ``limit``, is an error naming the field; so is a recorded shard whose sha256 changed.
     """
+    if workers < 1:
+        raise ValueError(f"make_inrs: workers must be >= 1, got {workers}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / MANIFEST
@@ -262,14 +307,17 @@ def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[i
     _write_manifest(out, manifest)
     total = sum(len(d) for d in plans.values())
     done = sum(sum(s["count"] for s in manifest["splits"][split]["shards"]) for split in plans)
+    shards = []  # (split, path, digits, INR seeds) of each shard to write
+    for split, path, start in todo:
+        digits = plans[split]
+        digits = Digits(*(a[start:start + settings.shard_size] for a in (digits.images, digits.labels, digits.indices)))
+        seeds = [inr_seed(settings.seed, MNIST_SPLIT_OF[split], i) for i in digits.indices]
+        shards.append((split, path, digits, seeds))
     with tqdm(total=total, initial=done, unit="INR", desc=f"make-inrs {out}", disable=not progress,
-              dynamic_ncols=True) as bar:
-        for split, path, start in todo:
+              dynamic_ncols=True) as bar, closing(_shard_fits(shards, settings, device, workers, bar)) as fits:
+        for (split, path, digits, _), results in zip(shards, fits):
             # fitted (again, after a kill: fitting is deterministic, so the bytes are the same),
             # recorded, then renamed into place
-            digits = plans[split]
-            chunk = Digits(*(a[start:start + settings.shard_size] for a in (digits.images, digits.labels,
-                                                                             digits.indices)))
-            data = safetensors_bytes(_fit_shard(chunk, MNIST_SPLIT_OF[split], settings, device, bar))
-            commit_shard(out, manifest, manifest["splits"][split]["shards"], path, data, count=len(chunk))
+            data = safetensors_bytes(_shard_tensors(digits, results))
+            commit_shard(out, manifest, manifest["splits"][split]["shards"], path, data, count=len(digits.indices))
     return manifest
