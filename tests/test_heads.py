@@ -249,19 +249,25 @@ def test_coupled_decoder_cross_blocks():
         assert torch.equal(wide_w[layer], start_w[layer])
 
 
-@settings(max_examples=5, deadline=None)
+@pytest.mark.parametrize("name, group", [("gmn", None), ("scalegmn", "sign"), ("scalegmn", "scale")])
+@settings(max_examples=4, deadline=None)
 @given(seed=st.integers(0, 2**16), hidden=st.tuples(st.integers(2, 5), st.integers(2, 5)))
-def test_coupled_decoder_is_equivariant_to_hidden_permutations(seed, hidden):
-    """Permuting the input's hidden neurons by p permutes neuron (m, i) of the wide output to (m, p(i))."""
-    from neuralgraph.graph import permute_mlp, random_hidden_permutation
+def test_coupled_decoder_is_equivariant(name, group, seed, hidden):
+    """Permuting (and, for ScaleGMN, rescaling) the input's hidden neuron i moves every copy (m, i) of
+    the wide output alike: permutation p sends (m, i) to (m, p(i)), scaling q_i multiplies (m, i)."""
+    from neuralgraph.graph import permute_mlp, random_hidden_permutations
+    from neuralgraph.graph.scaling import random_hidden_scalings, rescale_mlp
 
     layout, k = (2, *hidden, 1), 3
     torch.manual_seed(seed)
-    metanet = build_metanet("gmn", hidden_dim=8, num_layers=2, max_layers=3).double().eval()
-    coupled = WeightDecoder(8, k, max_layers=3, init_scale=0.5, members="coupled").double()
+    options = {"scaling": group, "activation": "relu" if group == "scale" else "sine"} if group else {}
+    metanet = build_metanet(name, hidden_dim=8, num_layers=2, max_layers=3, **options).double().eval()
+    coupled = WeightDecoder(8, k, max_layers=3, init_scale=0.5, scaling=metanet.scaling, members="coupled").double()
     nn.init.constant_(coupled.cross_scale, 0.5)
+    generator = torch.Generator().manual_seed(seed)
     weights, biases = random_mlps(layout, 2, seed)
-    perms = random_hidden_permutation(layout, torch.Generator().manual_seed(seed))
+    perms = random_hidden_permutations(layout, 2, generator)
+    scalings = random_hidden_scalings(layout, group, 2, generator) if group else [None] * len(perms)
 
     def decode(w, b):
         graph = mlp_to_graph(w, b)
@@ -269,9 +275,10 @@ def test_coupled_decoder_is_equivariant_to_hidden_permutations(seed, hidden):
             wide_w, wide_b = coupled(graph, *metanet(graph))
         return [x[:, 0] for x in wide_w], [x[:, 0] for x in wide_b]
 
-    copies = [torch.cat([m * len(p) + p for m in range(k)]) for p in perms]
-    expected = permute_mlp(*decode(weights, biases), copies)
-    actual = decode(*permute_mlp(weights, biases, perms))
+    copies = [torch.cat([m * p.shape[1] + p for m in range(k)], dim=1) for p in perms]
+    wide_scalings = [None if q is None else q.repeat(1, k) for q in scalings]
+    expected = permute_mlp(*rescale_mlp(*decode(weights, biases), wide_scalings), copies)
+    actual = decode(*permute_mlp(*rescale_mlp(weights, biases, scalings), perms))
     for a, e in zip(actual[0] + actual[1], expected[0] + expected[1]):
         torch.testing.assert_close(a, e, rtol=0, atol=TOLERANCE)
 
