@@ -504,8 +504,9 @@ def fit_inrs(images: Tensor, seeds: Sequence[int], convention: SirenConvention =
     flat = start(ids)
     exp_avg, exp_avg_sq = torch.zeros_like(flat), torch.zeros_like(flat)
     step = torch.zeros(len(ids), 1, dtype=dtype, device=device)
+    targets = images[ids.to(device)]  # gathered again only when the pool changes
     while len(ids):
-        mse, grad = loss_and_gradient(flat, images[ids.to(device)])
+        mse, grad = loss_and_gradient(flat, targets)
         current_psnr = -10 * torch.log10(mse).cpu()
         finished = (current_psnr >= min_psnr) | (step.view(-1).cpu() >= config.steps)
         if finished.any():
@@ -533,5 +534,6 @@ def fit_inrs(images: Tensor, seeds: Sequence[int], convention: SirenConvention =
             exp_avg = torch.cat([exp_avg[keep_dev], flat.new_zeros(len(refill), flat.shape[1])])
             exp_avg_sq = torch.cat([exp_avg_sq[keep_dev], flat.new_zeros(len(refill), flat.shape[1])])
             step = torch.cat([step[keep_dev], step.new_zeros(len(refill), 1)])
+            targets = images[ids.to(device)]
     weights, biases = unpack(out_flat, layout)
     return FitResult(weights, biases, out_psnr, out_steps)

@@ -26,10 +26,12 @@ constexpr int JB = 3;               // rows per register block of the chunk prod
 constexpr int PC = NV * LANES;      // pixels per chunk
 
 inline v16 splat(float x) { return v16{} + x; }
-inline float hsum(v16 x) {
-    float s = 0.f;
-    for (int i = 0; i < LANES; ++i) s += x[i];
-    return s;
+inline float hsum(v16 x) {  // a pairwise tree: four dependent adds instead of fifteen
+    float t[LANES];
+    std::memcpy(t, &x, sizeof t);
+    for (int width = LANES / 2; width > 0; width /= 2)
+        for (int i = 0; i < width; ++i) t[i] += t[i + width];
+    return t[0];
 }
 
 // sin and cos of x from one reduction: x = q pi/2 + r (Cody-Waite, |x| < 2^20), Cephes minimax
@@ -106,7 +108,7 @@ struct Scratch {
     Scratch(const Problem& pr) {
         int h = pr.height + LANES, w = pr.width + LANES;
         sr.resize(pr.d1 * h); cr.resize(pr.d1 * h); sc.resize(pr.d1 * w); cc.resize(pr.d1 * w);
-        h1.resize(pr.d1 * PC); c1.resize(pr.d1 * PC); h2.resize(pr.d2 * PC); c2.resize(pr.d2 * PC);
+        h1.resize(pr.d1 * PC + LANES); c1.resize(pr.d1 * PC + LANES); h2.resize(pr.d2 * PC); c2.resize(pr.d2 * PC);
         gz.resize(pr.d2 * PC); out.resize(PC); g.resize(PC);
         w2.resize(pr.d2 * pr.d1); b2.resize(pr.d2); w3s.resize(pr.d2);
         gw1.resize(pr.d1 * 3); gw2.resize(pr.d2 * (pr.d1 + 1)); gw3.resize(pr.d2 + 1);
@@ -156,12 +158,15 @@ void one_inr(const Problem& pr, Scratch& sp, const float* flat, const float* tar
                 int p = p0 + i;
                 if (p >= P) { h[i] = 0.f; c[i] = 0.f; ++i; continue; }
                 int r = p / W, col = p % W, len = std::min(W - col, PC - i);
-                float s_r = sp.sr[k * hs + r], c_r = sp.cr[k * hs + r];
+                v16 s_r = splat(sp.sr[k * hs + r]), c_r = splat(sp.cr[k * hs + r]);
                 const float* s_c = &sp.sc[k * ws + col];
                 const float* c_c = &sp.cc[k * ws + col];
-                for (int m = 0; m < len; ++m) {
-                    h[i + m] = s_r * c_c[m] + c_r * s_c[m];
-                    c[i + m] = c_r * c_c[m] - s_r * s_c[m];
+                // whole vectors: what a store writes past the segment, the next segment (or the
+                // next row k, or the buffers' padding) overwrites
+                for (int m = 0; m < len; m += LANES) {
+                    v16 sv = load(s_c + m), cv = load(c_c + m);
+                    store(h + i + m, s_r * cv + c_r * sv);
+                    store(c + i + m, c_r * cv - s_r * sv);
                 }
                 i += len;
             }
