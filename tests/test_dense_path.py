@@ -7,11 +7,15 @@ the dense path on a batch it does not describe.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.data import Batch
+from torch_geometric.nn import MessagePassing
 
 from neuralgraph.data.inr_dataset import InrDataset
 from neuralgraph.graph import mlp_to_graph
@@ -19,7 +23,9 @@ from neuralgraph.nn import build_metanet
 from neuralgraph.nn.encoder import graph_context, uniform_widths
 
 WEIGHT_SPACE = ("dws", "nfn_hnp", "nfn_np")
+MESSAGE_PASSING = ("gmn",)  # dense blocks from GraphContext.widths
 TOLERANCE = 1e-10
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def random_graph(layout, batch_size, seed):
@@ -44,7 +50,7 @@ def features_and_gradients(metanet, graph, dense):
     return [node, edge] + [p.grad.clone() for p in metanet.parameters() if p.grad is not None]
 
 
-@pytest.mark.parametrize("name", WEIGHT_SPACE)
+@pytest.mark.parametrize("name", WEIGHT_SPACE + MESSAGE_PASSING)
 @settings(max_examples=6, deadline=None)
 @given(
     widths=st.lists(st.integers(1, 4), min_size=1, max_size=3),
@@ -55,16 +61,75 @@ def features_and_gradients(metanet, graph, dense):
     seed=st.integers(0, 2**16),
 )
 def test_dense_equals_general_path(name, widths, inputs, outputs, spare, batch_size, seed):
-    """Features and parameter gradients agree at 1e-10, with unused input/output slots (``spare``) too."""
+    """Features and parameter gradients agree at 1e-10, with unused input/output slots (``spare``) too;
+    message-passing layers reduce blocks over an axis where the general path scatters."""
     layout = (inputs, *widths, outputs)
     graph = random_graph(layout, batch_size, seed)
     assert graph_context(graph, with_layer_index=True).layers.widths == layout
-    metanet = model(name, layout, inputs + spare, outputs + spare)
+    metanet = (message_passing_model(name, layout) if name in MESSAGE_PASSING
+               else model(name, layout, inputs + spare, outputs + spare))
     dense = features_and_gradients(metanet, graph, True)
     general = features_and_gradients(metanet, graph, False)
-    assert len(dense) == len(general)
+    assert len(dense) == len(general) == 2 + sum(p.requires_grad for p in metanet.parameters())
     for a, b in zip(dense, general):
         torch.testing.assert_close(a, b, rtol=0, atol=TOLERANCE)
+
+
+def message_passing_model(name, layout, nn_package=None):
+    torch.manual_seed(0)
+    build = build_metanet if nn_package is None else nn_package.build_metanet
+    return build(name, hidden_dim=6, num_layers=3, max_layers=len(layout) - 1).double()
+
+
+@pytest.mark.parametrize("name", MESSAGE_PASSING)
+def test_message_passing_dense_path_does_not_propagate(name):
+    """On a canonical batch no layer gathers or scatters along edge_index; with dense=False every layer does."""
+    layout = (2, 3, 1)
+    metanet = message_passing_model(name, layout)
+    calls = []
+    for module in metanet.modules():
+        if isinstance(module, MessagePassing):
+            for method in ("propagate", "edge_updater"):
+                original = getattr(module, method)
+                setattr(module, method, lambda *args, _original=original, **kwargs: calls.append(_original) or
+                        _original(*args, **kwargs))
+    graph = random_graph(layout, 2, 0)
+    features_and_gradients(metanet, graph, None)
+    assert calls == []
+    features_and_gradients(metanet, graph, False)
+    assert len(calls) >= 2 * metanet.num_layers
+
+
+@pytest.mark.parametrize("name", MESSAGE_PASSING)
+def test_message_passing_float32_dense_equals_general_path(name):
+    """Float32 features within 1e-5; gradients, sums over every edge, within 1e-5 relative."""
+    layout = (2, 16, 16, 1)
+    graph = random_graph(layout, 4, 0)
+    graph.x, graph.edge_attr = graph.x.float(), graph.edge_attr.float()
+    metanet = message_passing_model(name, layout).float()
+    dense, general = features_and_gradients(metanet, graph, True), features_and_gradients(metanet, graph, False)
+    for a, b in zip(dense[:2], general[:2]):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    for a, b in zip(dense[2:], general[2:]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", MESSAGE_PASSING)
+def test_message_passing_equals_the_baseline_commit(name):
+    """Fixed-seed float64 features and gradients equal those of the code before the dense path
+    (benchmarks/metanet_speed.py's pinned commit, loaded from git), on either path."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import metanet_speed
+
+    layout = (2, 5, 4, 1)
+    graph = random_graph(layout, 3, 0)
+    metanet = message_passing_model(name, layout)
+    baseline = message_passing_model(name, layout, metanet_speed.pinned_neuralgraph())
+    baseline.load_state_dict(metanet.state_dict())
+    reference = features_and_gradients(baseline, graph, None)
+    for dense in (True, False):
+        for a, b in zip(features_and_gradients(metanet, graph, dense), reference, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=TOLERANCE)
 
 
 def test_mixed_layouts_take_the_general_path():

@@ -272,7 +272,8 @@ def test_layer_is_a_drop_in_operator(layer_class, kwargs):
     torch.manual_seed(0)
     layer = layer_class(hidden_dim=8, **kwargs).double().eval()
     x, edge_index, edge_attr = random_graph(10, 30, 8, seed=3)
-    context = {"batch": torch.zeros(10, dtype=torch.long), "node_layer": torch.arange(10) % 2}
+    context = {"batch": torch.zeros(10, dtype=torch.long), "node_layer": torch.arange(10) % 2,
+               "widths": None}  # plain tensors: the general path
     if "reverse" in layer.context:
         edge_index, edge_attr = torch.cat([edge_index, edge_index.flip(0)], 1), torch.cat([edge_attr, -edge_attr])
         context["reverse"] = (torch.arange(60) + 30) % 60
