@@ -22,6 +22,7 @@ from neuralgraph.theory.equivariant_space import (
     commutant_dimension,
     commutes,
     coordinate_permutation,
+    flatten_parameters,
     linear_map_matrix,
     orbit_count,
     parameter_count,
@@ -43,6 +44,28 @@ def test_commutant_dimension_two_ways(layout, group):
 def test_unknown_group_is_rejected():
     with pytest.raises(ValueError, match="unknown group 'all'"):
         commutant_dimension((2, 3, 1), "all")
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    layout=st.lists(st.integers(1, 4), min_size=2, max_size=4).map(tuple),
+    batch=st.lists(st.integers(1, 3), max_size=2).map(tuple),
+    seed=st.integers(0, 2**16),
+)
+def test_unflatten_inverts_flatten_on_batches(layout, batch, seed):
+    """Exact round trip on ``[..., n]``; a batch entry is the network flattened alone."""
+    vectors = torch.randn(*batch, parameter_count(layout), generator=torch.Generator().manual_seed(seed))
+    weights, biases = unflatten_parameters(vectors, layout)
+    assert [w.shape for w in weights] == [(*batch, d_out, d_in) for d_in, d_out in zip(layout[:-1], layout[1:])]
+    assert torch.equal(flatten_parameters(weights, biases), vectors)
+    if batch:
+        first = (0,) * len(batch)
+        assert torch.equal(flatten_parameters([w[first] for w in weights], [b[first] for b in biases]), vectors[first])
+
+
+def test_vector_of_the_wrong_size_is_rejected():
+    with pytest.raises(ValueError, match=r"shape \(2, 12\) does not fit layout \(2, 3, 1\): expected \[..., 13\]"):
+        unflatten_parameters(torch.zeros(2, 12), (2, 3, 1))
 
 
 def one_channel_layer(name: str, layout):

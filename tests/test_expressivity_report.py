@@ -1,11 +1,15 @@
 """The expressivity report's fast parts compute what the direct definitions do.
 
-* ``linearisations`` (one batch, double backward) equals the Jacobian of the one-network map
-  ``vector -> decoder(model(graph(vector)))`` by ``torch.autograd.functional.jacobian`` (float64, 1e-10);
+* ``linearisations`` (draws in one vmap, each one batch and a double vector-Jacobian product)
+  equals, draw by draw, the Jacobian of the one-network map ``vector -> decoder(model(graph(vector)))``
+  by ``torch.autograd.functional.jacobian`` (float64, 1e-10);
 * ``Span`` grows to the rank ``span_rank`` computes, batch by batch;
+* the report's numbers on a small layout are those of the draw-by-draw computation it replaced;
 * the report names how its commutant dimension was checked.
 """
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
@@ -13,13 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from neuralgraph.commands.expressivity_report import (
+    WeightEdit,
     format_report,
     layout_options,
     linearisation_span,
     linearisations,
+    parameter_draws,
 )
 from neuralgraph.graph import mlp_to_graph
-from neuralgraph.nn import WeightDecoder, build_metanet
+from neuralgraph.nn import METANETS, WeightDecoder, build_metanet
 from neuralgraph.theory.equivariant_space import (
     Span,
     flatten_parameters,
@@ -32,21 +38,26 @@ from neuralgraph.theory.equivariant_space import (
 LAYOUT = (2, 3, 1)
 
 
-@pytest.mark.parametrize("name", ["gmn", "dws", "nft", "scalegmn"])
+@pytest.mark.parametrize("name", ["gmn", "dws", "nft", "scalegmn"])  # nft: the draw-by-draw fallback
 def test_linearisations_equal_the_jacobian_of_one_network(name):
     torch.manual_seed(0)
     model = build_metanet(name, hidden_dim=4, num_layers=2, **layout_options(name, LAYOUT)).double().eval()
-    decoder = WeightDecoder(4, k=3, max_layers=len(LAYOUT) - 1).double()
-
-    def edit(vector):
-        weights, biases = decoder(*(lambda g: (g, *model(g)))(mlp_to_graph(*unflatten_parameters(vector, LAYOUT))))
-        return torch.stack([flatten_parameters([w[0, c] for w in weights], [b[0, c] for b in biases]) for c in range(3)])
-
+    edit = WeightEdit(model, WeightDecoder(4, k=3, max_layers=len(LAYOUT) - 1), LAYOUT).double()
+    draws = list(itertools.islice(parameter_draws(edit), 2))
+    actual = linearisations(edit, {key: torch.stack([d[key] for d in draws]) for key in draws[0]})
     zero = torch.zeros(parameter_count(LAYOUT), dtype=torch.float64)
-    expected = torch.autograd.functional.jacobian(edit, zero)
-    actual = linearisations(model, decoder, LAYOUT)
-    scale = expected.abs().max()
-    torch.testing.assert_close(actual / scale, expected / scale, rtol=0, atol=1e-10)
+    for draw, jacobians in zip(draws, actual):
+        edit.load_state_dict(draw, strict=False)  # parameters only: buffers stay
+
+        def one_network(vector):
+            graph = mlp_to_graph(*unflatten_parameters(vector, LAYOUT))
+            weights, biases = edit.decoder(graph, *edit.model(graph))
+            return torch.stack([flatten_parameters([w[0, c] for w in weights], [b[0, c] for b in biases]) for c in range(3)])
+
+        expected = torch.autograd.functional.jacobian(one_network, zero)
+        scale = expected.abs().max()
+        torch.testing.assert_close(jacobians / scale, expected / scale, rtol=0, atol=1e-10)
+    assert not torch.equal(actual[0], actual[1])
 
 
 @settings(max_examples=20, deadline=None)
@@ -67,3 +78,19 @@ def test_span_stops_at_the_commutant_and_report_names_its_check():
     assert linearisation_span("nfn_np", LAYOUT, hidden_dim=4, num_layers=3, k=8, patience=1).draws == span.draws
     assert "commutant dimension by orbit count, equal to the rank computation" in format_report(LAYOUT, [span])
     assert "rank cross-check skipped: n = 13 > --check-up-to 10" in format_report(LAYOUT, [span], check_up_to=10)
+
+
+# (dimension, Jacobians drawn) on LAYOUT with the report's defaults, as the draw-by-draw computation
+# (one double backward per draw, before draws were batched) gave them. 41 and 27 are the commutant
+# dimensions of the hidden and NP groups. ScaleGMN's RMS norm (eps: float64 machine epsilon) has
+# derivative 1/sqrt(eps) ~ 7e7 at zero features, layer after layer, so a few huge terms dominate
+# its Jacobians at the zero network and they span only a few dimensions.
+REFERENCE = {"dws": (41, 112), "gmn": (41, 112), "nfn_hnp": (41, 112), "nfn_np": (27, 64), "nft": (41, 112),
+             "ng_gnn": (41, 112), "ng_t": (41, 112), "scalegmn": (6, 48), "scalegmn_b": (7, 48)}
+
+
+def test_report_numbers_are_those_of_the_draw_by_draw_computation():
+    assert sorted(REFERENCE) == sorted(METANETS)
+    for name, (dimension, drawn) in REFERENCE.items():  # batches of 3 draws: the span stops inside one
+        span = linearisation_span(name, LAYOUT, hidden_dim=4, num_layers=4, k=16, patience=2, batch=3)
+        assert (span.dimension, span.draws, span.equivariant) == (dimension, drawn, True), name

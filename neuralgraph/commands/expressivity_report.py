@@ -32,10 +32,14 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import itertools
+import warnings
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from torch import Tensor
+from torch.func import functional_call, vjp, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm import tqdm
 
@@ -47,8 +51,10 @@ from neuralgraph.theory.equivariant_space import (
     commutant_dimension,
     Span,
     commutes,
+    flatten_parameters,
     orbit_count,
     parameter_count,
+    unflatten_parameters,
 )
 
 
@@ -59,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-layers", type=positive_int, default=4, help="layers of the metanets")
     parser.add_argument("--maps-per-draw", type=positive_int, default=16, help="decoder outputs k: Jacobians per parameter draw")
     parser.add_argument("--patience", type=positive_int, default=2, help="stop after this many draws that add no dimension")
+    parser.add_argument("--draws-per-batch", type=positive_int, default=8,
+                        help="parameter draws differentiated together (one vmap); the span still takes them one by one")
     parser.add_argument("--architectures", nargs="+", default=None, help="subset of metanets (default: all)")
     parser.add_argument("--check-up-to", type=positive_int, default=40,
                         help="cross-check the orbit count by linear algebra up to this weight-space dimension")
@@ -86,23 +94,68 @@ def redraw(module: torch.nn.Module) -> None:
             child.reset_parameters()
 
 
-def linearisations(model: torch.nn.Module, decoder: WeightDecoder, layout: Layout) -> Tensor:
-    """Jacobians ``[k, n, n]`` at the zero network of ``model`` followed by ``decoder`` (``k``
-    outputs), float64 (one batch, see the module docstring)."""
-    n = parameter_count(layout)
-    pairs = list(zip(layout[:-1], layout[1:]))
-    # the fused attention kernel has no double backward; the math kernel computes the same
-    with sdpa_kernel(SDPBackend.MATH):
-        vectors = torch.zeros(n, n, dtype=torch.float64, requires_grad=True)  # row a: network a
-        chunks = vectors.split([d_out * d_in for d_in, d_out in pairs] + [d_out for _, d_out in pairs], dim=1)
-        graph = mlp_to_graph([chunk.view(n, d_out, d_in) for chunk, (d_in, d_out) in zip(chunks, pairs)],
-                             list(chunks[len(pairs):]))
-        weights, biases = decoder(graph, *model(graph))  # [n, k, d_out, d_in], [n, k, d_out]
-        outputs = torch.cat([w.flatten(2) for w in weights] + list(biases), dim=2)  # [n (network a), k, n]
-        cotangent = torch.zeros_like(outputs, requires_grad=True)
-        (pullback,) = torch.autograd.grad(outputs, vectors, cotangent, create_graph=True)  # J_a^T u_a, linear in u
-        (columns,) = torch.autograd.grad(pullback, cotangent, torch.eye(n, dtype=torch.float64))  # J_a e_a
-    return columns.permute(1, 2, 0)
+class WeightEdit(torch.nn.Module):
+    """A metanet followed by a :class:`~neuralgraph.nn.WeightDecoder` with ``k`` outputs, as a map of
+    weight-space vectors (coordinates of :func:`~neuralgraph.theory.equivariant_space.flatten_parameters`):
+    ``[B, n]`` networks of ``layout`` to ``[B, k, n]`` edited ones."""
+
+    def __init__(self, model: torch.nn.Module, decoder: WeightDecoder, layout: Layout):
+        super().__init__()
+        self.model, self.decoder, self.layout = model, decoder, layout
+
+    def forward(self, vectors: Tensor) -> Tensor:
+        graph = mlp_to_graph(*unflatten_parameters(vectors, self.layout))
+        return flatten_parameters(*self.decoder(graph, *self.model(graph)))
+
+
+def parameter_draws(edit: WeightEdit) -> Iterator[dict[str, Tensor]]:
+    """Parameters of ``edit`` for draws 0, 1, ...: draw 0 as built (under seed 0), draw ``d``
+    redrawn under seed ``d`` (the metanet, then the decoder)."""
+    for draw in itertools.count():
+        if draw:
+            torch.manual_seed(draw)
+            redraw(edit.model)
+            redraw(edit.decoder)
+        yield {name: p.detach().clone() for name, p in edit.named_parameters()}
+
+
+def linearisations(edit: WeightEdit, parameters: dict[str, Tensor]) -> Tensor:
+    """Jacobians ``[R, k, n, n]`` of ``edit`` at the zero network, float64, for ``R`` parameter
+    draws (``parameters``: name -> ``[R, ...]``), all draws in one ``torch.func.vmap``.
+
+    A draw is one batch of ``n`` zero networks, network ``a`` differentiated along ``e_a``:
+    ``u -> J^T u`` is a vector-Jacobian product, linear in ``u``, and its own vector-Jacobian
+    product at the identity gives every ``J_a e_a`` (see the module docstring). A model with an
+    op that has no batching rule (PyG's ``to_dense_batch`` in nft) is differentiated draw by draw.
+    """
+    n = parameter_count(edit.layout)
+    zeros = torch.zeros(n, n, dtype=torch.float64)  # row a: network a
+    identity = torch.eye(n, dtype=torch.float64)
+
+    def columns(draw: dict[str, Tensor]) -> Tensor:
+        outputs, pullback = vjp(lambda vectors: functional_call(edit, draw, (vectors,)), zeros)  # [n, k, n]
+        _, pushforward = vjp(lambda cotangent: pullback(cotangent)[0], torch.zeros_like(outputs))
+        return pushforward(identity)[0].permute(1, 2, 0)  # [n (network a), k, n] -> [k, n, n (column a)]
+
+    # the fused attention kernel has no double backward; the math kernel computes the same.
+    # PyG's aggregations clamp in place, which vmap runs op by op: correct, with a warning not for the user
+    with sdpa_kernel(SDPBackend.MATH), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented")
+        try:
+            return vmap(columns)(parameters)
+        except RuntimeError as err:
+            if not str(err).startswith("vmap:"):
+                raise
+            draws = next(iter(parameters.values())).shape[0]
+            return torch.stack([columns({name: p[r] for name, p in parameters.items()}) for r in range(draws)])
+
+
+def jacobian_draws(edit: WeightEdit, batch: int) -> Iterator[Tensor]:
+    """The ``[k, n, n]`` Jacobians of draws 0, 1, ... (:func:`parameter_draws`), computed ``batch`` draws at a time."""
+    draws = parameter_draws(edit)
+    while True:
+        chunk = list(itertools.islice(draws, batch))
+        yield from linearisations(edit, {name: torch.stack([d[name] for d in chunk]) for name in chunk[0]})
 
 
 @dataclass
@@ -117,30 +170,27 @@ class LinearisationSpan:
 
 
 def linearisation_span(
-    name: str, layout: Layout, hidden_dim: int, num_layers: int, k: int, patience: int, progress: bool = False
+    name: str, layout: Layout, hidden_dim: int, num_layers: int, k: int, patience: int, progress: bool = False,
+    batch: int = 8,
 ) -> LinearisationSpan:
-    """Draw ``k`` Jacobians at 0 per seed (0, 1, ...) until the span fills the commutant or
-    ``patience`` draws in a row leave it as it is."""
+    """Add ``k`` Jacobians at 0 per draw (0, 1, ...; ``batch`` draws computed at a time) to the span
+    until it fills the commutant or ``patience`` draws in a row leave it as it is."""
     group = metanet_class(name).symmetry
     bound = orbit_count(layout, group)
-    span, stale, draws, equivariant = Span(), 0, 0, True
-    torch.manual_seed(0)  # draw 0: the parameters of construction; draw d: redrawn under seed d
-    model = build_metanet(name, hidden_dim=hidden_dim, num_layers=num_layers, **layout_options(name, layout)).double().eval()
-    decoder = WeightDecoder(hidden_dim, k=k, max_layers=len(layout) - 1).double()
+    span, stale, used = Span(), 0, []
+    torch.manual_seed(0)  # draw 0: the parameters of construction
+    model = build_metanet(name, hidden_dim=hidden_dim, num_layers=num_layers, **layout_options(name, layout))
+    edit = WeightEdit(model, WeightDecoder(hidden_dim, k=k, max_layers=len(layout) - 1), layout).double().eval()
+    stream = jacobian_draws(edit, batch)
     with tqdm(total=bound, desc=f"{name} span", unit="dim", disable=not progress, leave=False) as bar:
         while stale < patience and span.dimension < bound:
-            if draws:
-                torch.manual_seed(draws)
-                redraw(model)
-                redraw(decoder)
-            draws += 1
-            jacobians = linearisations(model, decoder, layout)
-            equivariant = equivariant and commutes(jacobians, layout, group, atol=1e-8)
+            used.append(next(stream))
             before = span.dimension
-            bar.update(span.add(jacobians) - before)
-            bar.set_postfix(draws=draws)
+            bar.update(span.add(used[-1]) - before)
+            bar.set_postfix(draws=len(used))
             stale = stale + 1 if span.dimension == before else 0
-    return LinearisationSpan(name, group, span.dimension, draws * k, equivariant)
+    equivariant = commutes(torch.stack(used), layout, group, atol=1e-8)
+    return LinearisationSpan(name, group, span.dimension, len(used) * k, equivariant)
 
 
 def format_report(layout: Layout, spans: list[LinearisationSpan], check_up_to: int = 40) -> str:
@@ -183,7 +233,8 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise ValueError(f"unknown architectures {unknown}; known: {sorted(METANETS)}")
     spans = [
-        linearisation_span(n, layout, args.hidden_dim, args.num_layers, args.maps_per_draw, args.patience, progress=True)
+        linearisation_span(n, layout, args.hidden_dim, args.num_layers, args.maps_per_draw, args.patience,
+                           progress=True, batch=args.draws_per_batch)
         for n in tqdm(names, desc="expressivity-report", unit="metanet")
     ]
     print(format_report(layout, spans, args.check_up_to))

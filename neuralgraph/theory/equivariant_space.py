@@ -43,21 +43,23 @@ def parameter_count(layout: Layout) -> int:
 
 
 def flatten_parameters(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> Tensor:
-    """``[W_1.flatten(), ..., W_L.flatten(), b_1, ..., b_L]`` for a single network."""
-    return torch.cat([w.flatten() for w in weights] + [b.flatten() for b in biases])
+    """``[W_1.flatten(), ..., W_L.flatten(), b_1, ..., b_L]``, ``[..., n]`` for weights
+    ``[..., d_out, d_in]`` and biases ``[..., d_out]`` (one network, or a batch of any shape)."""
+    return torch.cat([w.flatten(-2) for w in weights] + list(biases), dim=-1)
 
 
 def unflatten_parameters(vector: Tensor, layout: Layout) -> tuple[list[Tensor], list[Tensor]]:
-    """Inverse of :func:`flatten_parameters`; error when ``vector`` does not fit ``layout``."""
-    if vector.dim() != 1 or vector.numel() != parameter_count(layout):
+    """Inverse of :func:`flatten_parameters` (``[..., n]`` to weights and biases with the same
+    leading dimensions); error when ``vector`` does not fit ``layout``."""
+    n = parameter_count(layout)
+    if vector.dim() == 0 or vector.shape[-1] != n:
         raise ValueError(
-            f"weight-space vector of shape {tuple(vector.shape)} does not fit layout {layout}: "
-            f"expected [{parameter_count(layout)}]"
+            f"weight-space vector of shape {tuple(vector.shape)} does not fit layout {layout}: expected [..., {n}]"
         )
     pairs = list(zip(layout[:-1], layout[1:]))
     sizes = [d_out * d_in for d_in, d_out in pairs] + [d_out for _, d_out in pairs]
-    chunks = vector.split(sizes)
-    weights = [chunk.view(d_out, d_in) for chunk, (d_in, d_out) in zip(chunks, pairs)]
+    chunks = vector.split(sizes, dim=-1)
+    weights = [chunk.unflatten(-1, (d_out, d_in)) for chunk, (d_in, d_out) in zip(chunks, pairs)]
     return weights, list(chunks[len(pairs):])
 
 
