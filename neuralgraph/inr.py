@@ -18,6 +18,7 @@ its batch.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -339,12 +340,19 @@ def _pixel_sum_bmm(a: Tensor, b: Tensor) -> Tensor:
     with 2 threads: a pool of one INR drifted from the same INR in a pool of two). A batch
     smaller than the thread count is therefore multiplied on one thread.
     """
-    threads = torch.get_num_threads()
-    if a.shape[0] >= threads or a.device.type != "cpu":
+    if a.shape[0] >= torch.get_num_threads() or a.device.type != "cpu":
         return torch.bmm(a, b)
+    with _one_thread():
+        return torch.bmm(a, b)
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """torch on one thread inside the block."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return torch.bmm(a, b)
+        yield
     finally:
         torch.set_num_threads(threads)
 
@@ -423,10 +431,11 @@ def _compiled_loss_and_gradient(flat: Tensor, targets: Tensor, axes: tuple[Tenso
     n, height, width = targets.shape
     mse, grad = flat.new_empty(n), torch.empty_like(flat)
     rows, cols = axes
-    siren_library().siren_loss_and_gradient(
-        n, height, width, convention.layout[1], convention.layout[2], flat.data_ptr(), targets.data_ptr(),
-        rows.data_ptr(), cols.data_ptr(), int(convention.grid == "xy"), convention.w0, convention.output_offset,
-        mse.data_ptr(), grad.data_ptr(), torch.get_num_threads())
+    with torch.profiler.record_function("siren_step.cpp"):  # visible in torch.profiler tables
+        siren_library().siren_loss_and_gradient(
+            n, height, width, convention.layout[1], convention.layout[2], flat.data_ptr(), targets.data_ptr(),
+            rows.data_ptr(), cols.data_ptr(), int(convention.grid == "xy"), convention.w0, convention.output_offset,
+            mse.data_ptr(), grad.data_ptr(), torch.get_num_threads())
     return mse, grad
 
 
@@ -517,13 +526,17 @@ def fit_inrs(images: Tensor, seeds: Sequence[int], convention: SirenConvention =
             if on_finished is not None:
                 on_finished(len(done))
         # Adam (torch.optim.Adam's update, with a per-INR step count); the per-INR step size
-        # divides the denominator so that the update is a single addcdiv_
-        step += 1
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        step_size = config.lr / (1 - beta1 ** step)
-        denom = exp_avg_sq.sqrt().div_((1 - beta2 ** step).sqrt()).add_(config.eps).div_(step_size)
-        flat.addcdiv_(exp_avg, denom, value=-1)
+        # divides the denominator so that the update is a single addcdiv_. On CPU on one
+        # thread: a pool's few hundred kB gain nothing from threads, and each multithreaded
+        # op waits for every thread, which a CPU shared with other jobs makes a 5-40x loss
+        # (measured at 2 threads; docs/inr.md).
+        with _one_thread() if device.type == "cpu" else contextlib.nullcontext():
+            step += 1
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            step_size = config.lr / (1 - beta1 ** step)
+            denom = exp_avg_sq.sqrt().div_((1 - beta2 ** step).sqrt()).add_(config.eps).div_(step_size)
+            flat.addcdiv_(exp_avg, denom, value=-1)
         if finished.any():
             keep = ~finished
             refill = torch.arange(queued, min(queued + int(finished.sum()), num))
