@@ -9,10 +9,12 @@ from torch_geometric.data import Batch
 
 from neuralgraph.graph import (
     ACTIVATIONS,
+    SHORTCUT_EDGE,
     SKIP_EDGE,
     GraphConversionError,
     activation_codes,
     blocks_to_graph,
+    graph_shortcuts,
     graph_skips,
     graph_to_mlp,
     graph_to_module,
@@ -153,7 +155,7 @@ class Merges(nn.Module):
         super().__init__()
         self.kind = kind
         self.a, self.b, self.c = nn.Linear(2, 3), nn.Linear(3, 3), nn.Linear(3, 1)
-        self.down = nn.Linear(3, 1)
+        self.down, self.b2 = nn.Linear(3, 1), nn.Linear(3, 3)
 
     def forward(self, x):
         h = torch.relu(self.a(x))
@@ -164,7 +166,7 @@ class Merges(nn.Module):
         if self.kind == "broadcast":
             return self.down(h) + h
         if self.kind == "transformed skip":
-            return self.b(h) + torch.tanh(h)
+            return self.b2(torch.relu(self.b(h))) + torch.tanh(h)
         if self.kind == "same layer":
             return self.c(h + 2 * h)
         return self.c(h + self.b(h) + h)  # "twice"
@@ -193,7 +195,7 @@ def test_a_graph_with_skips_refuses_a_template_without_them_and_checks_its_ident
 
     with pytest.raises(GraphConversionError, match=r"graph has residual skips \[\(1, 2\)\] .* but the template has \[\]"):
         graph_to_module(graph, NoSkip())
-    with pytest.raises(GraphConversionError, match=r"residual skip edges \(edge_kind\): not a plain MLP"):
+    with pytest.raises(GraphConversionError, match=r"residual skip or shortcut edges \(edge_kind\): not a plain MLP"):
         graph_to_mlp(graph)
     graph.edge_attr[graph.edge_kind == SKIP_EDGE] = 2.0
     with pytest.raises(GraphConversionError, match="skip edges from layer 1 to layer 2 hold features other than the identity"):
@@ -318,8 +320,6 @@ def _with_running_statistics(net: nn.Module) -> nn.Module:
 
 
 def test_batchnorm_folds_into_mixed_kernel_convolutions_and_round_trips():
-    from neuralgraph.graph.converters import fold_batchnorm
-
     torch.manual_seed(0)
     net = _with_running_statistics(_ConvBnNet().double())
     folded = fold_batchnorm(net)
@@ -331,8 +331,6 @@ def test_batchnorm_folds_into_mixed_kernel_convolutions_and_round_trips():
 
 
 def test_batchnorm_folding_errors():
-    from neuralgraph.graph.converters import fold_batchnorm
-
     with pytest.raises(GraphConversionError, match="_ConvBnNet is in training mode: .* call .eval"):
         fold_batchnorm(_ConvBnNet())
     with pytest.raises(GraphConversionError, match="layer 'bn3' \\(BatchNorm2d\\) does not directly follow a conv"):
@@ -417,13 +415,41 @@ class BasicBlock(nn.Module):
         return torch.relu(self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))) + x)
 
 
-class SmallResNet(nn.Module):
-    """A stem convolution with BatchNorm, ``blocks`` basic blocks, global pooling and a classifier."""
+class DownBlock(nn.Module):
+    """ResNet's downsampling block: stride 2, twice the channels, a 1x1 projection shortcut with BatchNorm
+    (computed before or after the main path, which changes the order of the traced nodes)."""
 
-    def __init__(self, width: int = 4, kernels: tuple[int, ...] = (3, 3), classes: int = 10):
+    def __init__(self, channels: int, kernel: int, shortcut_first: bool):
+        super().__init__()
+        self.shortcut_first = shortcut_first
+        self.conv1 = nn.Conv2d(channels, 2 * channels, kernel, stride=2, padding=kernel // 2, bias=False)
+        self.bn1 = nn.BatchNorm2d(2 * channels)
+        self.conv2 = nn.Conv2d(2 * channels, 2 * channels, kernel, padding=kernel // 2, bias=False)
+        self.bn2 = nn.BatchNorm2d(2 * channels)
+        self.proj, self.bn_proj = nn.Conv2d(channels, 2 * channels, 1, stride=2, bias=False), nn.BatchNorm2d(2 * channels)
+
+    def forward(self, x):
+        if self.shortcut_first:
+            shortcut = self.bn_proj(self.proj(x))
+        h = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        if not self.shortcut_first:
+            shortcut = self.bn_proj(self.proj(x))
+        return torch.relu(h + shortcut)
+
+
+class SmallResNet(nn.Module):
+    """A stem convolution with BatchNorm, basic blocks (``(kernel, False)``) or downsampling
+    blocks (``(kernel, True)``), global pooling and a classifier."""
+
+    def __init__(self, width: int = 4, blocks: tuple[tuple[int, bool], ...] = ((3, False), (3, True)),
+                 shortcut_first: bool = False, classes: int = 10):
         super().__init__()
         self.stem, self.bn = nn.Conv2d(1, width, 3, padding=1), nn.BatchNorm2d(width)
-        self.blocks = nn.Sequential(*(BasicBlock(width, k) for k in kernels))
+        layers = []
+        for kernel, down in blocks:
+            layers.append(DownBlock(width, kernel, shortcut_first) if down else BasicBlock(width, kernel))
+            width *= 2 if down else 1
+        self.blocks = nn.Sequential(*layers)
         self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(width, classes)
 
     def forward(self, x):
@@ -432,25 +458,57 @@ class SmallResNet(nn.Module):
 
 
 @settings(max_examples=8, deadline=None)
-@given(width=st.integers(1, 5), kernels=st.lists(st.sampled_from([1, 3, 5]), max_size=3), seed=st.integers(0, 2**16))
-def test_a_resnet_with_batchnorm_folds_converts_and_round_trips(width, kernels, seed):
+@given(width=st.integers(1, 4), blocks=st.lists(st.tuples(st.sampled_from([1, 3, 5]), st.booleans()), max_size=3),
+       shortcut_first=st.booleans(), seed=st.integers(0, 2**16))
+def test_a_resnet_with_batchnorm_folds_converts_and_round_trips(width, blocks, shortcut_first, seed):
+    """Basic blocks give identity skips and exact round trips; a downsampling block's projection
+    shortcut gives shortcut edges and its bias joins the main path's (equal up to rounding)."""
     torch.manual_seed(seed)
-    net = _with_running_statistics(SmallResNet(width, tuple(kernels)).double())
+
+    def make():
+        return fold_batchnorm(_with_running_statistics(SmallResNet(width, tuple(blocks), shortcut_first).double()))
+
+    net = _with_running_statistics(SmallResNet(width, tuple(blocks), shortcut_first).double())
     folded = fold_batchnorm(net)
     images = torch.randn(3, 1, 8, 8, dtype=torch.float64)
     graph = module_to_graph(folded, images)
-    depth = 1 + 2 * len(kernels)
-    assert graph.layout == (1,) + (width,) * depth + (10,)
-    assert graph_skips(graph) == tuple((1 + 2 * i, 3 + 2 * i) for i in range(len(kernels)))
-    assert graph.edge_attr.shape[1] == max([9] + [k * k for k in kernels])
+    widths, skips, shortcuts = [1, width], [], []
+    for kernel, down in blocks:
+        widths += [widths[-1] * (2 if down else 1)] * 2
+        (shortcuts if down else skips).append((len(widths) - 3, len(widths) - 1))
+    assert graph.layout == tuple(widths) + (10,)
+    assert graph_skips(graph) == tuple(skips) and sorted(graph_shortcuts(graph)) == shortcuts
+    kind = getattr(graph, "edge_kind", torch.zeros(0))  # only graphs with skips or shortcuts have the field
+    assert int((kind == SHORTCUT_EDGE).sum()) == sum(widths[a] * widths[b] for a, b in shortcuts)
+    assert graph.edge_attr.shape[1] == max([9] + [k * k for k, _ in blocks])
     relu, identity = ACTIVATIONS.index("relu"), ACTIVATIONS.index("identity")
-    per_layer = [int(graph.activation[graph.node_layer == l][0]) for l in range(depth + 2)]
-    assert per_layer == [identity] + [relu] * depth + [identity]
-    rebuilt = graph_to_module(graph, fold_batchnorm(_with_running_statistics(SmallResNet(width, tuple(kernels)).double())),
-                              images)
+    per_layer = [int(graph.activation[graph.node_layer == l][0]) for l in range(len(widths) + 1)]
+    assert per_layer == [identity] + [relu] * (len(widths) - 1) + [identity]
+    rebuilt = graph_to_module(graph, make(), images)
     inputs = torch.randn(5, 1, 8, 8, dtype=torch.float64)
-    assert torch.equal(rebuilt(inputs), folded(inputs))
+    if shortcuts:
+        torch.testing.assert_close(rebuilt(inputs), folded(inputs), rtol=1e-12, atol=1e-12)
+    else:
+        assert torch.equal(rebuilt(inputs), folded(inputs))
     torch.testing.assert_close(rebuilt(inputs), net(inputs), rtol=1e-10, atol=1e-10)
+    again = module_to_graph(rebuilt, images)  # graph -> module -> graph is exact, shortcut biases included
+    assert torch.equal(again.x, graph.x) and torch.equal(again.edge_attr, graph.edge_attr)
+
+
+def test_a_projection_shortcut_holds_its_kernel_and_a_transformed_one_is_refused():
+    torch.manual_seed(0)
+    block = fold_batchnorm(_with_running_statistics(SmallResNet(2, ((3, True),)).double()))
+    graph = module_to_graph(block)
+    (pair, kernel), = graph_shortcuts(graph).items()
+    assert pair == (1, 3) and torch.equal(kernel[..., 0], block.get_submodule("blocks.0.proj").weight[..., 0, 0])
+    assert bool((kernel[..., 1:] == 0).all())
+
+    class ActivatedShortcut(DownBlock):
+        def forward(self, x):
+            return self.conv2(torch.relu(self.conv1(x))) + torch.relu(self.proj(x))
+
+    with pytest.raises(GraphConversionError, match=r"node 'x' feeds 2 nodes \('conv1', 'proj'\): a branch"):
+        module_to_graph(ActivatedShortcut(2, 3, False).eval(), torch.randn(1, 2, 8, 8))
 
 
 def _permuted_residual(module: Residual, perm: torch.Tensor) -> Residual:
@@ -486,7 +544,7 @@ def test_message_passing_metanets_read_skip_edges_and_respect_the_residual_symme
     out = readout(control, *metanet(control))
     assert not torch.allclose(out[0], out[1], rtol=1e-6, atol=1e-6)
     plain = build_metanet(name, hidden_dim=8, num_layers=2).double()
-    with pytest.raises(ValueError, match="graph field edge_kind marks residual skip edges.*skip_edges=True"):
+    with pytest.raises(ValueError, match="graph field edge_kind marks residual skip or shortcut edges.*skip_edges=True"):
         plain(graphs)
 
 

@@ -1,6 +1,8 @@
 """Parameter graphs: the one representation every metanetwork in neuralgraph reads."""
 from neuralgraph.graph.core import (
     ACTIVATIONS,
+    EDGE_KINDS,
+    SHORTCUT_EDGE,
     SKIP_EDGE,
     WEIGHT_EDGE,
     GraphConversionError,
@@ -10,6 +12,7 @@ from neuralgraph.graph.core import (
     blocks_to_graph,
     common_layout,
     graph_layouts,
+    graph_shortcuts,
     graph_skips,
     graph_to_blocks,
     graph_to_mlp,
@@ -22,17 +25,20 @@ from neuralgraph.graph.scaling import SCALING_GROUPS, random_hidden_scalings, re
 
 __all__ = [
     "ACTIVATIONS",
+    "EDGE_KINDS",
     "GraphConversionError",
     "LayerConverter",
     "Layout",
     "ParameterGraph",
     "SCALING_GROUPS",
+    "SHORTCUT_EDGE",
     "SKIP_EDGE",
     "WEIGHT_EDGE",
     "activation_codes",
     "blocks_to_graph",
     "common_layout",
     "graph_layouts",
+    "graph_shortcuts",
     "graph_skips",
     "graph_to_blocks",
     "graph_to_mlp",

@@ -29,7 +29,10 @@ Two optional fields describe networks beyond a chain of layers with one activati
 ``edge_kind``     ``[E]``  :data:`WEIGHT_EDGE` (0) for a weight, :data:`SKIP_EDGE` (1) for a
                            residual connection: an identity edge from neuron ``j`` of layer
                            ``a`` to neuron ``j`` of layer ``b > a`` (``edge_layer = b - 1``,
-                           features ``[1, 0, ..., 0]``), stored after the weight edges
+                           features ``[1, 0, ..., 0]``), :data:`SHORTCUT_EDGE` (2) for a
+                           weight of a projection shortcut from layer ``a`` to layer ``b``
+                           (every pair of neurons, ``edge_layer = b - 1``); stored after the
+                           weight edges, skips first
 ================  =======  ==================================================================
 
 Input and output neurons each get their own type because their order carries meaning; hidden
@@ -51,11 +54,13 @@ Graph = Union[Data, Batch]
 NODE_FIELDS = ("x", "node_layer", "node_index", "node_type")
 EDGE_FIELDS = ("edge_attr", "edge_layer")
 Skips = tuple[tuple[int, int], ...]
+Shortcut = tuple[int, int, Tensor]  # (a, b, block [(B,) d_b, d_a, f]): a projection from node layer a to b
 
 #: Vocabulary of the ``activation`` node field: the code of an activation is its position.
 #: Settings such as LeakyReLU's slope are not part of the code; ``graph.architecture`` keeps them.
 ACTIVATIONS = ("identity", "relu", "tanh", "sigmoid", "gelu", "sin", "silu", "leaky_relu", "elu", "softplus")
-WEIGHT_EDGE, SKIP_EDGE = 0, 1
+EDGE_KINDS = ("weight", "skip", "shortcut")
+WEIGHT_EDGE, SKIP_EDGE, SHORTCUT_EDGE = range(len(EDGE_KINDS))
 
 
 class GraphConversionError(ValueError):
@@ -89,7 +94,7 @@ def activation_codes(names: Sequence[str]) -> Tensor:
 
 
 @lru_cache(maxsize=64)
-def _structure(layout: Layout, skips: Skips = ()) -> dict[str, Tensor]:
+def _structure(layout: Layout, skips: Skips = (), shortcuts: Skips = ()) -> dict[str, Tensor]:
     """Index tensors of every graph of ``layout`` (cached, CPU).
 
     Never handed out as they are: a graph gets its own copy (or a tensor computed from
@@ -106,19 +111,24 @@ def _structure(layout: Layout, skips: Skips = ()) -> dict[str, Tensor]:
         + [torch.full((d,), d0 + l - 1) for l, d in enumerate(layout[1:-1], start=1)]
         + [d0 + num_layers - 1 + torch.arange(dL)]
     )
-    src, dst, edge_layer = [], [], []
+    src, dst, edge_layer, edge_kind = [], [], [], []
+
+    def connect(a: int, b: int, kind: int, identity: bool = False) -> None:
+        """Edges from node layer ``a`` into ``b``: row-major over ``(i, j)``, or ``j -> j``."""
+        d_in, d_out = layout[a], layout[b]
+        i = torch.arange(d_out) if identity else torch.arange(d_out).repeat_interleave(d_in)
+        j = torch.arange(d_in) if identity else torch.arange(d_in).repeat(d_out)
+        src.append(offsets[a] + j)
+        dst.append(offsets[b] + i)
+        edge_layer.append(torch.full((len(i),), b - 1))
+        edge_kind.append(torch.full((len(i),), kind))
+
     for l in range(1, len(layout)):
-        d_in, d_out = layout[l - 1], layout[l]
-        i = torch.arange(d_out).repeat_interleave(d_in)
-        j = torch.arange(d_in).repeat(d_out)
-        src.append(offsets[l - 1] + j)
-        dst.append(offsets[l] + i)
-        edge_layer.append(torch.full((d_in * d_out,), l - 1))
-    num_weights = sum(len(s) for s in src)
-    for a, b in skips:  # identity edges j -> j, after the weight edges
-        src.append(offsets[a] + torch.arange(layout[a]))
-        dst.append(offsets[b] + torch.arange(layout[b]))
-        edge_layer.append(torch.full((layout[b],), b - 1))
+        connect(l - 1, l, WEIGHT_EDGE)
+    for a, b in skips:
+        connect(a, b, SKIP_EDGE, identity=True)
+    for a, b in shortcuts:
+        connect(a, b, SHORTCUT_EDGE)
     structure = {
         "edge_index": torch.stack([torch.cat(src), torch.cat(dst)]),
         "node_layer": node_layer,
@@ -126,10 +136,8 @@ def _structure(layout: Layout, skips: Skips = ()) -> dict[str, Tensor]:
         "node_type": node_type,
         "edge_layer": torch.cat(edge_layer),
     }
-    if skips:
-        kind = torch.full((structure["edge_layer"].numel(),), SKIP_EDGE)
-        kind[:num_weights] = WEIGHT_EDGE
-        structure["edge_kind"] = kind
+    if skips or shortcuts:
+        structure["edge_kind"] = torch.cat(edge_kind)
     return structure
 
 
@@ -215,8 +223,32 @@ def _node_activations(activations: Tensor, layout: Layout, batch_size: Optional[
     return activations.repeat_interleave(sizes, dim=-1).reshape(-1)
 
 
+def _check_shortcuts(shortcuts: Sequence[Shortcut], layout: Layout, skips: Skips, ref: Tensor,
+                     batch_size: Optional[int]) -> tuple[Skips, list[Tensor]]:
+    """Projection shortcuts ``(a, b, block)``: ``a < b``, blocks ``[(B,) d_b, d_a, f]`` like the weights."""
+    pairs, blocks = [], []
+    for a, b, block in shortcuts:
+        a, b = int(a), int(b)
+        name = f"shortcut ({a}, {b})"
+        if not 0 <= a < b < len(layout):
+            raise GraphConversionError(f"{name}: expected node layers 0 <= a < b <= {len(layout) - 1}")
+        if (a, b) in pairs or (a, b) in skips:
+            raise GraphConversionError(f"{name}: layers {a} and {b} are joined by a skip or shortcut already")
+        expected = (layout[b], layout[a]) if batch_size is None else (batch_size, layout[b], layout[a])
+        if not isinstance(block, Tensor) or block.dim() != len(expected) + 1 or tuple(block.shape[:-1]) != expected:
+            shown = tuple(block.shape) if isinstance(block, Tensor) else type(block).__name__
+            raise GraphConversionError(f"{name}: block {shown}, expected {expected + ('f',)}")
+        if block.dtype != ref.dtype:
+            raise GraphConversionError(f"{name}: dtype {block.dtype} differs from layer 1's {ref.dtype}")
+        if not bool(torch.isfinite(block).all()):
+            raise GraphConversionError(f"{name}: weight contains NaN or infinite values")
+        pairs.append((a, b))
+        blocks.append(block)
+    return tuple(pairs), blocks
+
+
 def blocks_to_graph(weights: Sequence[Tensor], biases: Sequence[Tensor], skips: Sequence[tuple[int, int]] = (),
-                    activations: Optional[Tensor] = None) -> Graph:
+                    activations: Optional[Tensor] = None, shortcuts: Sequence[Shortcut] = ()) -> Graph:
     """Build the graph of one network (or a batch of one layout) from edge-feature blocks.
 
     ``weights[l]`` is ``[(B,) d_out, d_in, f_l]``: the ``f_l`` features of each edge (1 for a
@@ -227,27 +259,32 @@ def blocks_to_graph(weights: Sequence[Tensor], biases: Sequence[Tensor], skips: 
     values to layer ``b``'s; they become identity edges and the ``edge_kind`` field.
     ``activations``: codes (:func:`activation_codes`) ``[L + 1]``, or ``[B, L + 1]`` for a
     batch, of each node layer's activation; they become the ``activation`` field.
+    ``shortcuts``: projection shortcuts ``(a, b, block)`` adding a layer of weights ``block``
+    ``[(B,) d_b, d_a, f]`` on layer ``a``'s values to layer ``b``'s; their edges follow the skips.
+    A shortcut's bias acts on layer ``b``'s neurons: it belongs in ``biases[b - 1]``.
     """
     layout, batch_size = _check_blocks(weights, biases)
     skips = _check_skips(skips, layout)
+    shortcut_pairs, shortcut_blocks = _check_shortcuts(shortcuts, layout, skips, weights[0], batch_size)
     activation = None if activations is None else _node_activations(activations, layout, batch_size)
     single = batch_size is None
     if single:
         weights = [w.unsqueeze(0) for w in weights]
         biases = [b.unsqueeze(0) for b in biases]
+        shortcut_blocks = [w.unsqueeze(0) for w in shortcut_blocks]
         batch_size = 1
     B = batch_size
     ref = weights[0]
-    width = max(w.shape[-1] for w in weights)
-    blocks = [torch.nn.functional.pad(w, (0, width - w.shape[-1])).reshape(B, -1, width) for w in weights]
+    width = max(w.shape[-1] for w in weights + shortcut_blocks)
+    padded = [torch.nn.functional.pad(w, (0, width - w.shape[-1])).reshape(B, -1, width)
+              for w in weights + shortcut_blocks]
     num_skip_edges = sum(layout[b] for _, b in skips)
-    if num_skip_edges:
-        identity = ref.new_zeros(B, num_skip_edges, width)
-        identity[..., 0] = 1
-        blocks.append(identity)
+    identity = ref.new_zeros(B, num_skip_edges, width)
+    identity[..., 0] = 1
+    blocks = padded[:len(weights)] + [identity] + padded[len(weights):]
     edge_attr = torch.cat(blocks, dim=1).reshape(-1, width)
     x = torch.cat([ref.new_zeros(B, layout[0])] + list(biases), dim=1).reshape(-1, 1)
-    struct = _structure(layout, skips)
+    struct = _structure(layout, skips, shortcut_pairs)
     if activation is not None:
         struct = {**struct, "activation": activation}
     if single:
@@ -405,6 +442,40 @@ def _weight_edges(graph: Graph) -> Graph:
     return weights
 
 
+def _check_edge_kinds(kind: Tensor) -> None:
+    bad = (kind < 0) | (kind >= len(EDGE_KINDS))
+    if bool(bad.any()):
+        raise GraphConversionError(f"edge_kind holds {int(kind[bad][0])}: expected one of "
+                                   + ", ".join(f"{code} ({name})" for code, name in enumerate(EDGE_KINDS)))
+
+
+def graph_shortcuts(graph: Graph) -> dict[tuple[int, int], Tensor]:
+    """The projection shortcuts of a single graph: ``{(a, b): block [d_b, d_a, F]}`` from its
+    shortcut edges (``edge_kind`` 2), each pair of neurons of the two layers exactly once."""
+    kind = getattr(graph, "edge_kind", None)
+    if kind is None:
+        return {}
+    _check_edge_kinds(kind)
+    layout = common_layout(graph)
+    mine = kind == SHORTCUT_EDGE
+    src, dst = graph.edge_index[:, mine]
+    a, b = graph.node_layer[src], graph.node_layer[dst]
+    blocks = {}
+    for pa, pb in sorted(set(zip(a.tolist(), b.tolist()))):
+        pair = (a == pa) & (b == pb)
+        rows, cols = graph.node_index[dst[pair]], graph.node_index[src[pair]]
+        slot = rows * layout[pa] + cols
+        if pa >= pb or int(pair.sum()) != layout[pa] * layout[pb] or len(torch.unique(slot)) != len(slot):
+            raise GraphConversionError(f"shortcut edges from layer {pa} to layer {pb} are not one edge per pair of "
+                                       f"their neurons (layout {layout})")
+        if not bool((graph.edge_layer[mine][pair] == pb - 1).all()):
+            raise GraphConversionError(f"shortcut edges into layer {pb} have an edge_layer other than {pb - 1}")
+        block = graph.edge_attr.new_empty(layout[pb] * layout[pa], graph.edge_attr.shape[1])
+        block[slot] = graph.edge_attr[mine][pair]
+        blocks[(pa, pb)] = block.view(layout[pb], layout[pa], -1)
+    return blocks
+
+
 def graph_skips(graph: Graph) -> Skips:
     """The residual skips ``(a, b)`` of a single graph, from its skip edges (``edge_kind``).
 
@@ -414,9 +485,7 @@ def graph_skips(graph: Graph) -> Skips:
     kind = getattr(graph, "edge_kind", None)
     if kind is None:
         return ()
-    if bool(((kind != WEIGHT_EDGE) & (kind != SKIP_EDGE)).any()):
-        raise GraphConversionError(f"edge_kind holds {int(kind[(kind != WEIGHT_EDGE) & (kind != SKIP_EDGE)][0])}: "
-                                   f"expected {WEIGHT_EDGE} (weight) or {SKIP_EDGE} (skip)")
+    _check_edge_kinds(kind)
     layout = common_layout(graph)
     skip = kind == SKIP_EDGE
     src, dst = graph.edge_index[:, skip]
@@ -497,8 +566,8 @@ def graph_to_mlp(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
         )
     kind = getattr(graph, "edge_kind", None)
     if kind is not None and bool((kind != WEIGHT_EDGE).any()):
-        raise GraphConversionError("graph has residual skip edges (edge_kind): not a plain MLP; use graph_to_module "
-                                   "with a template, which rebuilds the skips")
+        raise GraphConversionError("graph has residual skip or shortcut edges (edge_kind): not a plain MLP; use "
+                                   "graph_to_module with a template, which rebuilds them")
     check_finite(graph)
     weights, biases = graph_to_blocks(graph)
     weights = [w.squeeze(-1) for w in weights]

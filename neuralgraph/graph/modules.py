@@ -33,11 +33,16 @@ the add) is a skip: identity edges from neuron ``j`` of layer ``a`` to neuron ``
 (Kofinas et al., 2024) represent residual connections; an activation after the add is layer
 ``b``'s. So ``relu(bn2(conv2(h)) + x)`` of a ResNet block converts after
 :func:`~neuralgraph.graph.converters.fold_batchnorm`, and the rebuilt module computes the same
-outputs.
+outputs. A *projection shortcut*, a converted layer (a strided 1x1 convolution with its folded
+BatchNorm) whose only user is the add, reading a value the main path is computed from, becomes
+shortcut edges (``edge_kind`` 2) between every pair of neurons of layers ``a`` and ``b`` holding
+its kernel. Its bias acts on layer ``b``'s neurons, so it is added to that layer's biases: the
+graph holds the function's bias per neuron, and the rebuilt module puts all of it in the main
+path's layer (the shortcut's bias 0), equal to the original up to the rounding of that sum.
 
 Everything else raises :class:`~neuralgraph.graph.core.GraphConversionError` naming the node: a
-merge other than such an add (concatenation, product, unequal shapes, a transformed shortcut
-such as a projection convolution), a branch, a second activation in one layer, a step that is
+merge other than such an add (concatenation, product, unequal shapes, a shortcut path with a
+step other than one layer), a branch, a second activation in one layer, a step that is
 neither an activation nor structural (softmax, normalisation), a shape chain that does not run,
 a layer called twice, a parameter read outside a converted layer. The node lookup is in one place
 (``_Walk.claim``), where converters for more node kinds plug in. After conversion,
@@ -76,6 +81,7 @@ from neuralgraph.graph.core import (
     blocks_to_graph,
     check_finite,
     common_layout,
+    graph_shortcuts,
     graph_skips,
     graph_to_blocks,
 )
@@ -83,6 +89,7 @@ from neuralgraph.graph.core import (
 StateDict = Mapping[str, Tensor]
 PROBE_BATCH = 2
 PROBE_SIZES = range(1, 129)  # square image sizes tried for a network that starts with a convolution
+SHORTCUT_BIAS_ULPS = 1024  # probe-check tolerance (in eps of the dtype) when a shortcut's bias moved
 
 
 class LayerConverter(abc.ABC):
@@ -210,11 +217,12 @@ class _Recorder(fx.Interpreter):
 class _Chain:
     """What the walk found: parametric layers (qualified names) in data-flow order, the
     architecture entries of every step, the residual skips ``(a, b)`` between node layers, the
-    activation of each node layer and the shape and dtype of the probe input."""
+    projection shortcuts, the activation of each node layer and the shape and dtype of the probe input."""
 
     layers: tuple[tuple[str, LayerConverter], ...]
     architecture: tuple[str, ...]
     skips: tuple[tuple[int, int], ...]
+    shortcuts: tuple[tuple[str, LayerConverter, int, int], ...]  # (layer, converter, a, b)
     activations: tuple[str, ...]
     probe_shape: tuple[int, ...]
     probe_dtype: torch.dtype
@@ -231,6 +239,19 @@ _STRUCTURAL_CALLS = {"flatten", "view", "reshape", "contiguous", "mean", "dropou
                      "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
                      "adaptive_max_pool2d", "adaptive_max_pool3d"}
 _ADDS = {operator.add, torch.add, "add"}
+
+
+def _depends_on(node: fx.Node, ancestor: fx.Node) -> bool:
+    """Whether ``node``'s value is computed from ``ancestor``'s."""
+    seen, todo = set(), [node]
+    while todo:
+        current = todo.pop()
+        if current is ancestor:
+            return True
+        if current not in seen:
+            seen.add(current)
+            todo.extend(current.all_input_nodes)
+    return False
 
 
 class _Name:
@@ -331,8 +352,10 @@ class _Walk:
         the chain's latest value (``head``), except a residual add, whose other operand is an
         earlier layer's value of the same shape: a skip from that layer to the head's.
         """
-        layers, architecture, skips = [], [], []
+        layers, architecture, skips, shortcuts = [], [], [], []
         level: dict[fx.Node, int] = {}
+        pending: dict[fx.Node, int] = {}  # shortcut layer -> node layer it reads, until its add
+        joined: set[tuple[int, int]] = set()  # node layers joined by a skip or shortcut
         activations: dict[int, tuple[str, fx.Node]] = {}
         head = None
         for node in self.gm.graph.nodes:
@@ -344,14 +367,20 @@ class _Walk:
                     )
                 break
             value = self.values.get(node)
-            inputs = [i for i in node.all_input_nodes if i in level]
+            inputs = [i for i in node.all_input_nodes if i in level or i in pending]
             if not isinstance(value, Tensor) or not (inputs or node.op == "placeholder" and head is None):
                 continue
             if node.op == "placeholder":
                 level[node] = 0
             elif len(inputs) == 2 and head in inputs and self._is_add(node):
                 skip = inputs[1 - inputs.index(head)]
-                level[node] = self._skip(node, skip, head, level, skips)
+                if skip in pending:
+                    a = pending.pop(skip)
+                    level[node] = self._merge(node, skip, a, head, level, joined, identity=False)
+                    shortcuts.append((skip.target, self.claim(skip), a, level[node]))
+                else:
+                    level[node] = self._merge(node, skip, level[skip], head, level, joined, identity=True)
+                    skips.append((level[skip], level[node]))
                 architecture.append(self._step(node, head))
             elif len(inputs) > 1:
                 names = ", ".join(repr(i.name) for i in inputs)
@@ -359,6 +388,11 @@ class _Walk:
                     f"{self.label(node)} combines {names}: a merge other than a residual add of the chain's "
                     "value and an earlier layer's value of the same shape"
                 )
+            elif self.claim(node) is not None and self._is_shortcut(node, inputs[0]):
+                self._claim_layer(node, layers, shortcuts)
+                architecture.append(self.claim(node).describe(self.gm.get_submodule(node.target)))
+                pending[node] = level[inputs[0]]
+                continue  # the chain's value stays the head until the add
             elif inputs[0] is not head:
                 users = [u for u in inputs[0].users if u.op != "output" and isinstance(self.values.get(u), Tensor)]
                 names = ", ".join(repr(u.name) for u in users)
@@ -367,8 +401,7 @@ class _Walk:
                     "that does not end in a residual add of an unchanged value"
                 )
             elif self.claim(node) is not None:
-                if any(name == node.target for name, _ in layers):
-                    raise GraphConversionError(f"{self.label(node)} is called more than once (shared weights)")
+                self._claim_layer(node, layers, shortcuts)
                 layers.append((node.target, self.claim(node)))
                 architecture.append(self.claim(node).describe(self.gm.get_submodule(node.target)))
                 level[node] = len(layers)
@@ -387,18 +420,35 @@ class _Walk:
             head = node
         if not layers:
             raise GraphConversionError(f"{type(self.module).__name__} has no parametric layers to convert")
-        self._check_parameters(layers)
+        self._check_parameters(layers + [(name, converter) for name, converter, _, _ in shortcuts])
         names = tuple(activations[l][0] if l in activations else "identity" for l in range(len(layers) + 1))
-        return _Chain(tuple(layers), tuple(architecture), tuple(skips), names, self.probe_shape, self.probe_dtype)
+        return _Chain(tuple(layers), tuple(architecture), tuple(skips), tuple(shortcuts), names, self.probe_shape,
+                      self.probe_dtype)
+
+    def _claim_layer(self, node: fx.Node, layers: list, shortcuts: list) -> None:
+        if any(name == node.target for name in [l[0] for l in layers] + [s[0] for s in shortcuts]):
+            raise GraphConversionError(f"{self.label(node)} is called more than once (shared weights)")
 
     def _is_add(self, node: fx.Node) -> bool:
         target = node.target if node.op in ("call_function", "call_method") else None
         return target in _ADDS and len(node.args) == 2 and not node.kwargs
 
-    def _skip(self, node: fx.Node, skip: fx.Node, head: fx.Node, level: dict[fx.Node, int],
-              skips: list[tuple[int, int]]) -> int:
-        """Record the residual add ``node`` of ``skip`` (an earlier value) to ``head``; the head's level."""
-        a, b = level[skip], level[head]
+    def _is_shortcut(self, node: fx.Node, source: fx.Node) -> bool:
+        """A layer on a residual shortcut: its only user is an add whose other operand is computed
+        from the same ``source`` through other nodes (the main path). ``f(h) + h`` is a chain
+        layer and a skip; the main path's last layer is not computed from the shortcut's source
+        through the add's other operand, so it stays on the chain."""
+        users = [u for u in node.users if u.op != "output"]
+        if len(users) != 1 or not self._is_add(users[0]):
+            return False
+        other = [i for i in users[0].all_input_nodes if i is not node]
+        return len(other) == 1 and other[0] is not source and _depends_on(other[0], source)
+
+    def _merge(self, node: fx.Node, skip: fx.Node, a: int, head: fx.Node, level: dict[fx.Node, int],
+               joined: set[tuple[int, int]], identity: bool) -> int:
+        """Check the residual add ``node`` of ``skip`` (a value from node layer ``a``: an earlier
+        value, or a shortcut layer reading one when not ``identity``) to ``head``; the head's node layer."""
+        b = level[head]
         shapes = tuple(self.values[skip].shape), tuple(self.values[head].shape)
         if shapes[0] != shapes[1]:
             raise GraphConversionError(
@@ -410,15 +460,15 @@ class _Walk:
                 f"{self.label(node)} adds {skip.name!r} to {head.name!r}, two values of layer {b} with no layer "
                 "between them: a merge the graph cannot record"
             )
-        widths = {l: self._width(l, level) for l in (a, b)}
-        if not shapes[0][1:2] == (widths[a],) == (widths[b],):
+        widths = (self._width(a, level),) * identity + (self._width(b, level),)
+        if any(shapes[0][1:2] != (width,) for width in widths):
             raise GraphConversionError(
-                f"{self.label(node)} adds values of shape {shapes[0]} that do not keep the {widths[a]} and "
-                f"{widths[b]} neurons of layers {a} and {b} on dimension 1: no identity between neurons"
+                f"{self.label(node)} adds values of shape {shapes[0]} that do not keep the {' and '.join(map(str, widths))} "
+                f"neurons of layer{'s ' + str(a) + ' and' if identity else ''} {b} on dimension 1"
             )
-        if (a, b) in skips:
+        if (a, b) in joined:
             raise GraphConversionError(f"{self.label(node)} adds a second skip from layer {a} to layer {b}")
-        skips.append((a, b))
+        joined.add((a, b))
         return b
 
     def _width(self, l: int, level: dict[fx.Node, int]) -> int:
@@ -497,23 +547,45 @@ def _state_dict_layers(state_dict: StateDict) -> list[tuple[str, Tensor, Optiona
     return layers
 
 
-def _to_graph(layers, chain: Optional[_Chain] = None) -> Graph:
+def _module_shortcuts(module: nn.Module, chain: _Chain) -> list[tuple[str, Tensor, Optional[Tensor], LayerConverter, int, int]]:
+    return [(name, *conv.parameters(module.get_submodule(name)), conv, a, b) for name, conv, a, b in chain.shortcuts]
+
+
+def _block(name: str, weight: Tensor, bias: Optional[Tensor], converter: LayerConverter,
+           in_neurons: Optional[int]) -> tuple[Tensor, Tensor]:
+    """One layer's edge block and bias (zeros when it has none); errors name the layer."""
+    weight = weight.detach()
+    try:
+        block = converter.to_block(weight, bias, in_neurons)
+    except GraphConversionError as err:
+        raise GraphConversionError(f"layer {name!r}: {err}") from None
+    if bias is not None and tuple(bias.shape) != (block.shape[0],):
+        raise GraphConversionError(f"layer {name!r}: bias shape {tuple(bias.shape)} does not match {block.shape[0]} outputs")
+    return block, weight.new_zeros(block.shape[0]) if bias is None else bias.detach()
+
+
+def _to_graph(layers, chain: Optional[_Chain] = None, shortcut_layers=()) -> Graph:
+    """The graph of the chain ``layers``; with ``chain``, also its skips, shortcuts and activations.
+
+    A shortcut's bias is added to the biases of the layer it adds into: the graph holds the
+    function's bias per neuron, not how it is split between the two paths.
+    """
     blocks, biases, in_neurons = [], [], None
     for name, weight, bias, converter in layers:
-        weight = weight.detach()
-        try:
-            block = converter.to_block(weight, bias, in_neurons)
-        except GraphConversionError as err:
-            raise GraphConversionError(f"layer {name!r}: {err}") from None
-        if bias is not None and tuple(bias.shape) != (block.shape[0],):
-            raise GraphConversionError(f"layer {name!r}: bias shape {tuple(bias.shape)} does not match {block.shape[0]} outputs")
+        block, b = _block(name, weight, bias, converter, in_neurons)
         blocks.append(block)
-        biases.append(weight.new_zeros(block.shape[0]) if bias is None else bias.detach())
+        biases.append(b)
         in_neurons = block.shape[0]
     if chain is None:
         return blocks_to_graph(blocks, biases)
+    layout = [blocks[0].shape[1]] + [block.shape[0] for block in blocks]
+    shortcuts = []
+    for name, weight, bias, converter, a, b in shortcut_layers:
+        block, shortcut_bias = _block(name, weight, bias, converter, layout[a])
+        shortcuts.append((a, b, block))
+        biases[b - 1] = biases[b - 1] + shortcut_bias
     codes = activation_codes(chain.activations).to(blocks[0].device)
-    return blocks_to_graph(blocks, biases, chain.skips, codes)
+    return blocks_to_graph(blocks, biases, chain.skips, codes, shortcuts)
 
 
 def module_to_graph(source: Union[nn.Module, StateDict], example_input: Optional[Tensor] = None) -> Graph:
@@ -522,14 +594,16 @@ def module_to_graph(source: Union[nn.Module, StateDict], example_input: Optional
     Layers without a bias get bias 0 on their nodes. Every step of the module's chain (layers
     with their settings, activations, pooling, residual adds, ...) is kept as
     ``graph.architecture``; the activation of each layer as the ``activation`` node field and
-    residual adds as skip edges (``edge_kind``). A state dict gives neither.
+    residual adds as skip or shortcut edges (``edge_kind``). A state dict gives none of these.
     ``example_input`` (a batch) is the probe input; by default it is built from the first
     layer (``[2, in_features]``, or the smallest square image that runs through the network).
-    The module rebuilt from the graph must compute exactly the module's output on it.
+    The module rebuilt from the graph must compute exactly the module's output on it; with a
+    projection shortcut whose bias moved into the main path's layer, up to float rounding
+    (:data:`SHORTCUT_BIAS_ULPS` units of the dtype's precision, relative to the largest output).
     """
     if isinstance(source, nn.Module):
         chain = _Walk(source, example_input).chain()
-        graph = _to_graph(_module_layers(source, chain), chain)
+        graph = _to_graph(_module_layers(source, chain), chain, _module_shortcuts(source, chain))
         graph.architecture = chain.architecture
         _check_rebuilt(graph, source, chain, example_input)
         return graph
@@ -547,7 +621,9 @@ def _check_rebuilt(graph: Graph, module: nn.Module, chain: _Chain, example_input
     with torch.no_grad():
         expected = copy.deepcopy(module).eval()(example_input)
         rebuilt = _load(graph, copy.deepcopy(module), _module_layers, chain).eval()(example_input)
-    if not torch.equal(rebuilt, expected):
+    moved = any(bias is not None and bool((bias != 0).any()) for _, _, bias, _, _, _ in _module_shortcuts(module, chain))
+    tolerance = SHORTCUT_BIAS_ULPS * torch.finfo(expected.dtype).eps if moved else 0.0
+    if not torch.allclose(rebuilt, expected, rtol=tolerance, atol=tolerance * float(expected.abs().max())):
         raise GraphConversionError(
             f"{type(module).__name__}: the module rebuilt from its graph computes another output on a probe input "
             f"(max abs difference {float((rebuilt - expected).abs().max()):.3g}); its forward uses its layers in "
@@ -575,6 +651,20 @@ def graph_to_module(graph: Graph, template: Union[nn.Module, StateDict],
     raise GraphConversionError(f"template must be an nn.Module or a state dict, got {type(template).__name__}")
 
 
+def _weight(name: str, weight: Tensor, bias: Optional[Tensor], conv: LayerConverter, block: Tensor,
+            in_neurons: Optional[int]) -> Tensor:
+    """The weight of a template layer from its ``[d_out, d_in, F]`` edge block; features past its own must be 0."""
+    expected = conv.to_block(weight.detach(), bias, in_neurons).shape
+    if tuple(block.shape[:2]) != tuple(expected[:2]):
+        raise GraphConversionError(
+            f"layer {name!r}: template has {tuple(expected[:2])} (out, in) neurons, graph has {tuple(block.shape[:2])}"
+        )
+    width = expected[2]
+    if bool((block[..., width:] != 0).any()):
+        raise GraphConversionError(f"layer {name!r}: edge features beyond its {width} weights are nonzero")
+    return conv.from_block(block[..., :width].contiguous(), weight).to(weight.dtype)
+
+
 def _load(graph: Graph, result, read_layers, chain: Optional[_Chain]):
     """Write the graph's parameters into ``result`` (a module copy or a state dict) and return it."""
     layers = read_layers(result, chain)
@@ -585,23 +675,25 @@ def _load(graph: Graph, result, read_layers, chain: Optional[_Chain]):
     blocks, biases = graph_to_blocks(graph)
     updates = []
     for l, ((name, weight, bias, conv), block, b) in enumerate(zip(layers, blocks, biases), start=1):
-        block, b = block[0], b[0]
-        expected = conv.to_block(weight.detach(), bias, layout[l - 1] if l > 1 else None).shape
-        if tuple(block.shape[:2]) != tuple(expected[:2]):
-            raise GraphConversionError(
-                f"layer {name!r}: template has {tuple(expected[:2])} (out, in) neurons, graph has {tuple(block.shape[:2])}"
-            )
-        width = expected[2]
-        if bool((block[..., width:] != 0).any()):
-            raise GraphConversionError(f"layer {name!r}: edge features beyond its {width} weights are nonzero")
+        b = b[0]
         if bias is None and bool((b != 0).any()):
             raise GraphConversionError(f"layer {name!r}: template has no bias but the graph's biases are nonzero")
-        updates.append((name, weight, bias, conv.from_block(block[..., :width].contiguous(), weight).to(weight.dtype), b))
-    if chain is not None and graph_skips(graph) != tuple(sorted(chain.skips)):
-        raise GraphConversionError(
-            f"graph has residual skips {list(graph_skips(graph))} (node layers a -> b) but the template has "
-            f"{sorted(chain.skips)}"
-        )
+        updates.append((name, weight, bias, _weight(name, weight, bias, conv, block[0], layout[l - 1] if l > 1 else None), b))
+    if chain is not None:
+        if graph_skips(graph) != tuple(sorted(chain.skips)):
+            raise GraphConversionError(
+                f"graph has residual skips {list(graph_skips(graph))} (node layers a -> b) but the template has "
+                f"{sorted(chain.skips)}"
+            )
+        in_graph = graph_shortcuts(graph)
+        in_template = {(a, b): rest for *rest, a, b in _module_shortcuts(result, chain)}
+        if sorted(in_graph) != sorted(in_template):
+            raise GraphConversionError(f"graph has projection shortcuts {sorted(in_graph)} (node layers a -> b) but "
+                                       f"the template has {sorted(in_template)}")
+        for pair, block in in_graph.items():  # the shortcut's bias is in the layer it adds into
+            name, weight, bias, conv = in_template[pair]
+            new_weight = _weight(name, weight, bias, conv, block, layout[pair[0]])
+            updates.append((name, weight, bias, new_weight, None if bias is None else torch.zeros_like(bias)))
     recorded = getattr(graph, "architecture", None)
     if chain is not None and recorded is not None and tuple(recorded) != chain.architecture:
         step, (found, wanted) = next(

@@ -50,7 +50,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch
 from torch_geometric.utils import scatter
 
-from neuralgraph.graph.core import ACTIVATIONS, SKIP_EDGE, WEIGHT_EDGE, Graph
+from neuralgraph.graph.core import ACTIVATIONS, EDGE_KINDS, WEIGHT_EDGE, Graph
 from neuralgraph.graph.scaling import check_group
 from neuralgraph.nn.weight_features import WeightFeatureLift
 
@@ -353,7 +353,7 @@ class GraphEncoder(nn.Module):
         self.node_position = nn.Embedding(num_positions, hidden_dim)
         self.edge_position = nn.Embedding(max_layers, hidden_dim)
         self.activation_embedding = nn.Embedding(len(ACTIVATIONS), hidden_dim) if node_activations else None
-        self.edge_kind_embedding = nn.Embedding(SKIP_EDGE + 1, hidden_dim) if skip_edges else None
+        self.edge_kind_embedding = nn.Embedding(len(EDGE_KINDS), hidden_dim) if skip_edges else None
         # per-layer standardisation of the raw biases and weights (identity until set)
         self.register_buffer("node_mean", torch.zeros(max_layers + 1))
         self.register_buffer("node_std", torch.ones(max_layers + 1))
@@ -440,11 +440,11 @@ class GraphEncoder(nn.Module):
         kind = getattr(graph, "edge_kind", None)
         if self.edge_kind_embedding is None:
             if kind is not None and bool((kind != WEIGHT_EDGE).any()):
-                raise ValueError("graph field edge_kind marks residual skip edges, which this encoder cannot tell from "
-                                 "weights; build the metanet with skip_edges=True")
+                raise ValueError("graph field edge_kind marks residual skip or shortcut edges, which this encoder cannot "
+                                 "tell from weights; build the metanet with skip_edges=True")
         else:
             kind = torch.zeros_like(graph.edge_layer) if kind is None else kind
-            check_index_range("edge_kind", kind, SKIP_EDGE + 1, "number of edge kinds")
+            check_index_range("edge_kind", kind, len(EDGE_KINDS), "len(EDGE_KINDS)")
             edge_position = edge_position + self.edge_kind_embedding(torch.cat([kind, kind]) if self.reverse_edges else kind)
         if self.activation_embedding is not None:
             activation = getattr(graph, "activation", None)
