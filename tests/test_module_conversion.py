@@ -16,6 +16,7 @@ from neuralgraph.graph import (
     blocks_to_graph,
     graph_shortcuts,
     graph_skips,
+    graph_to_blocks,
     graph_to_mlp,
     graph_to_module,
     module_to_graph,
@@ -370,13 +371,26 @@ def test_batched_blocks_with_skips_and_activations_equal_their_single_graphs():
     weights = [torch.randn(B, d_out, d_in, 1) for d_in, d_out in zip(layout, layout[1:])]
     biases = [torch.randn(B, d) for d in layout[1:]]
     codes = torch.randint(len(ACTIVATIONS), (B, len(layout)))
-    batch = blocks_to_graph(weights, biases, skips=[(1, 3)], activations=codes)
-    singles = [blocks_to_graph([w[i] for w in weights], [b[i] for b in biases], [(1, 3)], codes[i]) for i in range(B)]
+    projection = torch.randn(B, 3, 2, 4)  # a 2x2 kernel from layer 0 into layer 2: F grows to 4
+    batch = blocks_to_graph(weights, biases, skips=[(1, 3)], activations=codes, shortcuts=[(0, 2, projection)])
+    singles = [blocks_to_graph([w[i] for w in weights], [b[i] for b in biases], [(1, 3)], codes[i],
+                               [(0, 2, projection[i])]) for i in range(B)]
     expected = Batch.from_data_list(singles)
     for key in ("x", "edge_index", "edge_attr", "edge_layer", "edge_kind", "node_layer", "activation", "batch"):
         assert torch.equal(batch[key], expected[key]), key
     for single, again in zip(singles, batch.to_data_list()):
         assert torch.equal(single.edge_kind, again.edge_kind) and torch.equal(single.activation, again.activation)
+    assert graph_skips(singles[0]) == ((1, 3),) and torch.equal(graph_shortcuts(singles[0])[(0, 2)], projection[0])
+    decoded, decoded_biases = graph_to_blocks(batch)  # weight edges only, as WeightDecoder reads them
+    assert all(torch.equal(w[..., :1], v) and not bool(w[..., 1:].any()) for w, v in zip(decoded, weights))
+    assert all(torch.equal(b, v) for b, v in zip(decoded_biases, biases))
+    singles[0].edge_layer[singles[0].edge_kind == SHORTCUT_EDGE] = 0
+    with pytest.raises(GraphConversionError, match="shortcut edges into layer 2 have an edge_layer other than 1"):
+        graph_shortcuts(singles[0])
+    with pytest.raises(GraphConversionError, match=r"shortcut \(0, 2\): block \(4, 2, 3, 4\), expected \(4, 3, 2, 'f'\)"):
+        blocks_to_graph(weights, biases, shortcuts=[(0, 2, projection.transpose(1, 2))])
+    with pytest.raises(GraphConversionError, match=r"shortcut \(1, 3\): layers 1 and 3 are joined by a skip or shortcut"):
+        blocks_to_graph(weights, biases, skips=[(1, 3)], shortcuts=[(1, 3, torch.randn(B, 3, 3, 1))])
     with pytest.raises(GraphConversionError, match=r"skip \(0, 3\): an identity skip joins layers of equal width, not 2 and 3"):
         blocks_to_graph(weights, biases, skips=[(0, 3)])
     with pytest.raises(GraphConversionError, match=r"activations \(5,\): expected a long tensor \(4, 5\)"):
