@@ -389,7 +389,7 @@ class _Walk:
                     "value and an earlier layer's value of the same shape"
                 )
             elif self.claim(node) is not None and self._is_shortcut(node, inputs[0]):
-                self._claim_layer(node, layers, shortcuts)
+                self._refuse_second_call(node, layers, shortcuts)
                 architecture.append(self.claim(node).describe(self.gm.get_submodule(node.target)))
                 pending[node] = level[inputs[0]]
                 continue  # the chain's value stays the head until the add
@@ -401,7 +401,7 @@ class _Walk:
                     "that does not end in a residual add of an unchanged value"
                 )
             elif self.claim(node) is not None:
-                self._claim_layer(node, layers, shortcuts)
+                self._refuse_second_call(node, layers, shortcuts)
                 layers.append((node.target, self.claim(node)))
                 architecture.append(self.claim(node).describe(self.gm.get_submodule(node.target)))
                 level[node] = len(layers)
@@ -425,7 +425,7 @@ class _Walk:
         return _Chain(tuple(layers), tuple(architecture), tuple(skips), tuple(shortcuts), names, self.probe_shape,
                       self.probe_dtype)
 
-    def _claim_layer(self, node: fx.Node, layers: list, shortcuts: list) -> None:
+    def _refuse_second_call(self, node: fx.Node, layers: list, shortcuts: list) -> None:
         if any(name == node.target for name in [l[0] for l in layers] + [s[0] for s in shortcuts]):
             raise GraphConversionError(f"{self.label(node)} is called more than once (shared weights)")
 
