@@ -133,13 +133,18 @@ def test_make_cnn_zoo_cli_one_line_errors(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
-@pytest.mark.parametrize("config", ["gmn"])
-def test_generalization_prediction_fits(tiny_zoo, tmp_path, config):
+@pytest.mark.parametrize("config,options", [
+    ("gmn", []),
+    ("gmn", ["--model.init_args.metanet_config", "{hidden_dim: 8, num_layers: 1, edge_features: 9, node_activations: true}"]),
+])
+def test_generalization_prediction_fits(tiny_zoo, tmp_path, config, options):
     from neuralgraph.training.cli import run_lightning_cli
 
     cli = run_lightning_cli(["fit", "--config", f"configs/cnn_zoo/{config}.yaml", "--data.init_args.root",
                              str(tiny_zoo), "--trainer.max_epochs", "1", "--trainer.default_root_dir", str(tmp_path),
-                             "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"])
+                             "--trainer.enable_progress_bar", "false", "--trainer.logger", "false", *options])
+    if options:
+        assert cli.model.metanet.encoder.activation_embedding is not None
     metrics = cli.trainer.callback_metrics
     assert {"test/kendall_tau", "test/r2", "test/loss"} <= metrics.keys()
     assert torch.isfinite(metrics["test/loss"])
