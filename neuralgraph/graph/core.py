@@ -380,8 +380,8 @@ def graph_to_blocks(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
 
     Works from ``node_layer``/``node_index``/``edge_index`` rather than the storage order, so
     a graph whose nodes or edges were relabelled still decodes to the right matrices: each edge
-    is scattered to its slot in the flattened parameter vector of its network. Residual skip
-    edges (``edge_kind``) carry no parameter and are left out (:func:`graph_skips` reads them).
+    is scattered to its slot in the flattened parameter vector of its network. Residual skip and
+    shortcut edges (``edge_kind``) are left out (:func:`graph_skips`, :func:`graph_shortcuts`).
     """
     layout = common_layout(graph)
     graph = _weight_edges(graph)
@@ -431,7 +431,7 @@ def graph_to_blocks(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
 
 
 def _weight_edges(graph: Graph) -> Graph:
-    """``graph`` itself, or a shallow copy keeping only the weight edges when it has skip edges."""
+    """``graph`` itself, or a shallow copy keeping only the weight edges when it has skip or shortcut edges."""
     kind = getattr(graph, "edge_kind", None)
     if kind is None or not bool((kind != WEIGHT_EDGE).any()):
         return graph
@@ -442,71 +442,66 @@ def _weight_edges(graph: Graph) -> Graph:
     return weights
 
 
-def _check_edge_kinds(kind: Tensor) -> None:
+def _edge_groups(graph: Graph, code: int) -> list[tuple[int, int, Tensor, Tensor, Tensor]]:
+    """The edges of kind ``code`` of a single graph, grouped by the node layers ``(a, b)`` they join:
+    ``(a, b, source node_index, target node_index, features)`` per group, ``a < b`` and
+    ``edge_layer = b - 1`` checked."""
+    kind = getattr(graph, "edge_kind", None)
+    if kind is None:
+        return []
     bad = (kind < 0) | (kind >= len(EDGE_KINDS))
     if bool(bad.any()):
         raise GraphConversionError(f"edge_kind holds {int(kind[bad][0])}: expected one of "
-                                   + ", ".join(f"{code} ({name})" for code, name in enumerate(EDGE_KINDS)))
+                                   + ", ".join(f"{c} ({name})" for c, name in enumerate(EDGE_KINDS)))
+    mine = kind == code
+    (src, dst), edge_layer, attr = graph.edge_index[:, mine], graph.edge_layer[mine], graph.edge_attr[mine]
+    a, b = graph.node_layer[src], graph.node_layer[dst]
+    groups = []
+    for pa, pb in sorted(set(zip(a.tolist(), b.tolist()))):
+        pair = (a == pa) & (b == pb)
+        if pa >= pb:
+            raise GraphConversionError(f"{EDGE_KINDS[code]} edges from layer {pa} to layer {pb} do not go forward")
+        if not bool((edge_layer[pair] == pb - 1).all()):
+            raise GraphConversionError(f"{EDGE_KINDS[code]} edges into layer {pb} have an edge_layer other than {pb - 1}")
+        groups.append((pa, pb, graph.node_index[src[pair]], graph.node_index[dst[pair]], attr[pair]))
+    return groups
 
 
 def graph_shortcuts(graph: Graph) -> dict[tuple[int, int], Tensor]:
     """The projection shortcuts of a single graph: ``{(a, b): block [d_b, d_a, F]}`` from its
     shortcut edges (``edge_kind`` 2), each pair of neurons of the two layers exactly once."""
-    kind = getattr(graph, "edge_kind", None)
-    if kind is None:
-        return {}
-    _check_edge_kinds(kind)
-    layout = common_layout(graph)
-    mine = kind == SHORTCUT_EDGE
-    src, dst = graph.edge_index[:, mine]
-    a, b = graph.node_layer[src], graph.node_layer[dst]
-    blocks = {}
-    for pa, pb in sorted(set(zip(a.tolist(), b.tolist()))):
-        pair = (a == pa) & (b == pb)
-        rows, cols = graph.node_index[dst[pair]], graph.node_index[src[pair]]
-        slot = rows * layout[pa] + cols
-        if pa >= pb or int(pair.sum()) != layout[pa] * layout[pb] or len(torch.unique(slot)) != len(slot):
-            raise GraphConversionError(f"shortcut edges from layer {pa} to layer {pb} are not one edge per pair of "
+    layout, blocks = graph_layouts(graph)[0], {}
+    for a, b, cols, rows, attr in _edge_groups(graph, SHORTCUT_EDGE):
+        slot = rows * layout[a] + cols
+        if len(slot) != layout[a] * layout[b] or len(torch.unique(slot)) != len(slot):
+            raise GraphConversionError(f"shortcut edges from layer {a} to layer {b} are not one edge per pair of "
                                        f"their neurons (layout {layout})")
-        if not bool((graph.edge_layer[mine][pair] == pb - 1).all()):
-            raise GraphConversionError(f"shortcut edges into layer {pb} have an edge_layer other than {pb - 1}")
-        block = graph.edge_attr.new_empty(layout[pb] * layout[pa], graph.edge_attr.shape[1])
-        block[slot] = graph.edge_attr[mine][pair]
-        blocks[(pa, pb)] = block.view(layout[pb], layout[pa], -1)
+        block = attr.new_empty(layout[b] * layout[a], attr.shape[1])
+        block[slot] = attr
+        blocks[(a, b)] = block.view(layout[b], layout[a], -1)
     return blocks
 
 
 def graph_skips(graph: Graph) -> Skips:
-    """The residual skips ``(a, b)`` of a single graph, from its skip edges (``edge_kind``).
+    """The residual skips ``(a, b)`` of a single graph, from its skip edges (``edge_kind`` 1).
 
     Each must be complete (neuron ``j`` of layer ``a`` to neuron ``j`` of layer ``b``, for every
     ``j``, ``edge_layer = b - 1``) and hold the identity, features ``[1, 0, ..., 0]``.
     """
-    kind = getattr(graph, "edge_kind", None)
-    if kind is None:
-        return ()
-    _check_edge_kinds(kind)
-    layout = common_layout(graph)
-    skip = kind == SKIP_EDGE
-    src, dst = graph.edge_index[:, skip]
-    a, b = graph.node_layer[src], graph.node_layer[dst]
-    pairs = sorted(set(zip(a.tolist(), b.tolist())))
-    identity = torch.zeros_like(graph.edge_attr[0])
-    identity[0] = 1
-    for pa, pb in pairs:
-        mine = (a == pa) & (b == pb)
-        if pa >= pb or int(mine.sum()) != layout[pb] or layout[pa] != layout[pb]:
-            raise GraphConversionError(f"skip edges from layer {pa} to layer {pb} are not one identity edge per neuron "
+    layout, skips = graph_layouts(graph)[0], []
+    for a, b, cols, rows, attr in _edge_groups(graph, SKIP_EDGE):
+        if layout[a] != layout[b] or len(rows) != layout[b] or len(torch.unique(rows)) != len(rows):
+            raise GraphConversionError(f"skip edges from layer {a} to layer {b} are not one identity edge per neuron "
                                        f"of two layers of equal width (layout {layout})")
-        same = graph.node_index[src[mine]] == graph.node_index[dst[mine]]
-        if not bool(same.all()) or len(set(graph.node_index[dst[mine]].tolist())) != layout[pb]:
-            raise GraphConversionError(f"skip edges from layer {pa} to layer {pb} do not join neuron j to neuron j")
-        if not bool((graph.edge_layer[skip][mine] == pb - 1).all()):
-            raise GraphConversionError(f"skip edges into layer {pb} have an edge_layer other than {pb - 1}")
-        if not bool((graph.edge_attr[skip][mine] == identity).all()):
-            raise GraphConversionError(f"skip edges from layer {pa} to layer {pb} hold features other than the "
+        if not torch.equal(rows, cols):
+            raise GraphConversionError(f"skip edges from layer {a} to layer {b} do not join neuron j to neuron j")
+        identity = torch.zeros_like(attr)
+        identity[:, 0] = 1
+        if not torch.equal(attr, identity):
+            raise GraphConversionError(f"skip edges from layer {a} to layer {b} hold features other than the "
                                        "identity [1, 0, ..., 0]")
-    return tuple(pairs)
+        skips.append((a, b))
+    return tuple(skips)
 
 
 def _check_indices(graph: Graph, sizes: Tensor) -> None:
