@@ -15,9 +15,10 @@ Edges get one embedding per ``edge_layer`` in both cases. Two optional embedding
 that ``module_to_graph`` and ``make-cnn-zoo`` graphs carry (:mod:`neuralgraph.graph.core`):
 ``node_activations=True`` adds one per ``activation`` to the node embedding, so networks of
 different activations are one dataset; ``skip_edges=True`` adds one per ``edge_kind`` to the
-edge embedding, so residual skips are told from weights. A graph with skip edges is refused
-without it, and it is refused with per-layer tables (``layer_index``), probe or gradient
-features and scaling groups, which all assume edges only between consecutive layers.
+edge embedding, so residual skips and shortcuts are told from the chain's weights. A graph
+with such edges is refused without it, and it is refused with per-layer tables
+(``layer_index``), probe or gradient features and scaling groups, which all assume edges only
+between consecutive layers.
 
 With ``reverse_edges=True`` every edge ``j -> i`` is paired with a reverse edge ``i -> j`` and
 the edge set becomes ``[forward edges, reverse edges]`` (``2E`` rows). Each row is lifted from
