@@ -24,6 +24,7 @@ from neuralgraph.nn.encoder import graph_context, uniform_widths
 
 WEIGHT_SPACE = ("dws", "nfn_hnp", "nfn_np")
 MESSAGE_PASSING = ("gmn",)  # dense blocks from GraphContext.widths
+ATTENTION = ("ng_t", "nft")  # as MESSAGE_PASSING, with their own attention over the blocks
 TOLERANCE = 1e-10
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -50,7 +51,7 @@ def features_and_gradients(metanet, graph, dense):
     return [node, edge] + [p.grad.clone() for p in metanet.parameters() if p.grad is not None]
 
 
-@pytest.mark.parametrize("name", WEIGHT_SPACE + MESSAGE_PASSING)
+@pytest.mark.parametrize("name", WEIGHT_SPACE + MESSAGE_PASSING + ATTENTION)
 @settings(max_examples=6, deadline=None)
 @given(
     widths=st.lists(st.integers(1, 4), min_size=1, max_size=3),
@@ -66,7 +67,7 @@ def test_dense_equals_general_path(name, widths, inputs, outputs, spare, batch_s
     layout = (inputs, *widths, outputs)
     graph = random_graph(layout, batch_size, seed)
     assert graph_context(graph, with_layer_index=True).layers.widths == layout
-    metanet = (message_passing_model(name, layout) if name in MESSAGE_PASSING
+    metanet = (message_passing_model(name, layout) if name in MESSAGE_PASSING + ATTENTION
                else model(name, layout, inputs + spare, outputs + spare))
     dense = features_and_gradients(metanet, graph, True)
     general = features_and_gradients(metanet, graph, False)
@@ -78,7 +79,8 @@ def test_dense_equals_general_path(name, widths, inputs, outputs, spare, batch_s
 def message_passing_model(name, layout, nn_package=None):
     torch.manual_seed(0)
     build = build_metanet if nn_package is None else nn_package.build_metanet
-    return build(name, hidden_dim=6, num_layers=3, max_layers=len(layout) - 1).double()
+    heads = {"num_heads": 2} if name in ATTENTION else {}
+    return build(name, hidden_dim=6, num_layers=3, max_layers=len(layout) - 1, **heads).double()
 
 
 @pytest.mark.parametrize("name", MESSAGE_PASSING)
@@ -100,7 +102,7 @@ def test_message_passing_dense_path_does_not_propagate(name):
     assert len(calls) >= 2 * metanet.num_layers
 
 
-@pytest.mark.parametrize("name", MESSAGE_PASSING)
+@pytest.mark.parametrize("name", MESSAGE_PASSING + ATTENTION)
 def test_message_passing_float32_dense_equals_general_path(name):
     """Float32 features within 1e-5; gradients, sums over every edge, within 1e-5 relative."""
     layout = (2, 16, 16, 1)
@@ -114,7 +116,7 @@ def test_message_passing_float32_dense_equals_general_path(name):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", MESSAGE_PASSING)
+@pytest.mark.parametrize("name", MESSAGE_PASSING + ATTENTION)
 def test_message_passing_equals_the_baseline_commit(name):
     """Fixed-seed float64 features and gradients equal those of the code before the dense path
     (benchmarks/metanet_speed.py's pinned commit, loaded from git), on either path."""
@@ -178,3 +180,13 @@ def test_dataset_batches_take_the_dense_path(tiny_inrs, permute):
     dataset = InrDataset(tiny_inrs, "train")
     graph = dataset.batch(list(range(5)), permute=permute).graph
     assert graph_context(graph, with_layer_index=True).layers.widths == dataset.convention.layout
+
+
+def test_ng_t_dense_path_needs_every_edge_and_its_opposite():
+    layout = (2, 3, 1)
+    metanet = message_passing_model("ng_t", layout)
+    node, edge, context = metanet.encoder(random_graph(layout, 2, 0))
+    with pytest.raises(ValueError, match=r"RelationalAttentionLayer: widths=\(2, 3, 1\) describe 18 edges, but edge_attr "
+                                         r"has 18 rows, not 36"):
+        metanet.layers[0](node, context.edge_index, edge[: context.num_edges], reverse=context.reverse,
+                          widths=context.widths)

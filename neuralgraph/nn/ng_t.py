@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import math
+from typing import Optional, Sequence
 
+import torch
 from torch import Tensor, nn
 from torch_geometric.utils import scatter, softmax
 
-from neuralgraph.nn.base import EdgeUpdate, FeedForward, FiLM, Metanet, MetanetLayer, ResidualNorm, check_heads
+from neuralgraph.nn.base import (EdgeUpdate, FeedForward, FiLM, Metanet, MetanetLayer, ResidualNorm, check_heads,
+                                 edge_blocks, node_blocks)
 from neuralgraph.nn.registry import register_metanet
 
 
@@ -23,8 +26,15 @@ class RelationalAttentionLayer(MetanetLayer):
         x_i'' = \mathrm{LN}\big(x_i' + \mathrm{Dropout}(\mathrm{FFN}(x_i'))\big) \\
         e_k' &= \mathrm{EdgeUpdate}(e_k, e_{\bar k}, x_j'', x_i'')
 
-    The softmax runs per destination node over its incoming edges (PyG ``utils.softmax``), so
-    memory is linear in the number of edges. (`Kofinas et al., 2024 <https://arxiv.org/abs/2403.12143>`_.)
+    Node terms :math:`W_{q,k,v} x` are projected once per node. General path: they are
+    gathered per edge and the softmax runs per destination node over its incoming edges (PyG
+    ``utils.softmax``), so memory is linear in the number of edges. Dense path, on a canonical
+    one-layout batch (``widths``, see :class:`~neuralgraph.nn.encoder.GraphContext`): the
+    forward and the reverse edges of weight layer ``l`` are ``[B, d_{l+1}, d_l, d]`` blocks,
+    node terms broadcast over them, and the softmax of a neuron of layer ``k`` is a dense
+    softmax over its row of forward block ``k - 1`` (its sources) and its column of reverse
+    block ``k`` (the neurons it feeds); same result, nothing gathered or scattered.
+    (`Kofinas et al., 2024 <https://arxiv.org/abs/2403.12143>`_.)
 
     Args:
         hidden_dim: width ``d`` of node and edge features, a multiple of ``num_heads``.
@@ -33,10 +43,10 @@ class RelationalAttentionLayer(MetanetLayer):
 
     Shapes:
         ``x`` ``[N, d]``, ``edge_index`` ``[2, 2E]`` (every edge and its opposite),
-        ``edge_attr`` ``[2E, d]``, ``reverse`` ``[2E]`` -> ``([N, d], [2E, d])``.
+        ``edge_attr`` ``[2E, d]``, ``reverse`` ``[2E]``, optional ``widths`` -> ``([N, d], [2E, d])``.
     """
 
-    context = ("reverse",)
+    context = ("reverse", "widths")
 
     def __init__(self, hidden_dim: int, num_heads: int = 4, dropout: float = 0.0):
         super().__init__()
@@ -63,20 +73,58 @@ class RelationalAttentionLayer(MetanetLayer):
         self.feedforward.reset_parameters()
         self.edge_mlp.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, reverse: Tensor) -> tuple[Tensor, Tensor]:
-        """``edge_index`` holds every edge and its opposite; ``reverse[k]`` is the index of ``k``'s opposite."""
-        src, dst = edge_index
-        num_nodes, hidden_dim = x.shape
-        heads, head_dim = self.num_heads, hidden_dim // self.num_heads
-        query = (self.query_node(x)[dst] + self.query_edge(edge_attr)).view(-1, heads, head_dim)
-        key = (self.key_node(x)[src] + self.key_edge(edge_attr)).view(-1, heads, head_dim)
-        value = self.value_film(self.value_node(x)[src], edge_attr).view(-1, heads, head_dim)
-        score = (query * key).sum(-1) / math.sqrt(head_dim)  # [2E, heads]
-        alpha = self.attention_dropout(softmax(score, dst, num_nodes=num_nodes))
-        attended = scatter(alpha.unsqueeze(-1) * value, dst, 0, num_nodes, "sum").view(num_nodes, hidden_dim)
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, reverse: Tensor,
+                widths: Optional[Sequence[int]] = None) -> tuple[Tensor, Tensor]:
+        """``edge_index`` holds every edge and its opposite; ``reverse[k]`` is the index of ``k``'s opposite;
+        ``widths`` (``GraphContext.widths``) selects the dense path."""
+        nodes = (self.query_node(x), self.key_node(x), self.value_node(x))
+        attended = (self.sparse_attention(nodes, edge_attr, edge_index) if widths is None
+                    else self.dense_attention(nodes, edge_attr, widths))
         x = self.attention_residual(x, self.attention_out(attended))
         x = self.feedforward(x)
-        return x, self.edge_mlp(x, edge_index, edge_attr, reverse)
+        return x, self.edge_mlp(x, edge_index, edge_attr, reverse, widths=widths)
+
+    def messages(self, query: Tensor, key: Tensor, value: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
+        """Scores ``[..., heads]`` and values ``[..., d]`` of edges ``edge_attr [..., d]`` from the node terms
+        of their target (``query``) and source (``key``, ``value``)."""
+        head_dim = edge_attr.shape[-1] // self.num_heads
+        query = query + self.query_edge(edge_attr)
+        key = key + self.key_edge(edge_attr)
+        score = (query * key).unflatten(-1, (self.num_heads, head_dim)).sum(-1) / math.sqrt(head_dim)
+        return score, self.value_film(value, edge_attr)
+
+    def weighted(self, alpha: Tensor, value: Tensor) -> Tensor:
+        """``alpha [..., heads]`` (after dropout) times ``value [..., d]``, head by head -> ``[..., heads, d_h]``."""
+        return self.attention_dropout(alpha).unsqueeze(-1) * value.unflatten(-1, (self.num_heads, -1))
+
+    def sparse_attention(self, nodes: tuple[Tensor, ...], edge_attr: Tensor, edge_index: Tensor) -> Tensor:
+        (src, dst), (query, key, value) = edge_index, nodes
+        num_nodes = query.shape[0]
+        score, value = self.messages(query[dst], key[src], value[src], edge_attr)
+        weighted = self.weighted(softmax(score, dst, num_nodes=num_nodes), value).flatten(1)
+        return scatter(weighted, dst, 0, num_nodes, "sum")
+
+    def dense_attention(self, nodes: tuple[Tensor, ...], edge_attr: Tensor, widths: Sequence[int]) -> Tensor:
+        num_edges = sum(d_in * d_out for d_in, d_out in zip(widths, widths[1:])) * nodes[0].shape[0] // sum(widths)
+        if edge_attr.shape[0] != 2 * num_edges:
+            raise ValueError(f"RelationalAttentionLayer: widths={widths} describe {num_edges} edges, but edge_attr "
+                             f"has {edge_attr.shape[0]} rows, not {2 * num_edges} (every edge and its opposite)")
+        query, key, value = (node_blocks(term, widths) for term in nodes)
+        forward, backward = (edge_blocks(half, widths) for half in edge_attr.view(2, num_edges, -1).unbind())
+        # block l: forward edges j -> i (target i in layer l + 1, axis 1), reverse edges i -> j (target j, axis 2)
+        forward = [self.messages(query[l + 1][:, :, None], key[l][:, None], value[l][:, None], block)
+                   for l, block in enumerate(forward)]
+        backward = [self.messages(query[l][:, None], key[l + 1][:, :, None], value[l + 1][:, :, None], block)
+                    for l, block in enumerate(backward)]
+        L, attended = len(widths) - 1, []
+        for k in range(L + 1):  # neuron k's edges: its row of forward block k - 1, its column of reverse block k
+            scores = ([forward[k - 1][0]] if k > 0 else []) + ([backward[k][0].transpose(1, 2)] if k < L else [])
+            alpha = torch.softmax(torch.cat(scores, 2), 2).split([score.shape[2] for score in scores], 2)
+            total = self.weighted(alpha[0], forward[k - 1][1]).sum(2) if k > 0 else 0
+            if k < L:
+                total = total + self.weighted(alpha[-1].transpose(1, 2), backward[k][1]).sum(1)
+            attended.append(total.flatten(-2))
+        return torch.cat(attended, 1).flatten(0, 1)
 
 
 @register_metanet("ng_t")
