@@ -11,6 +11,7 @@ from neuralgraph.graph import (
     ACTIVATIONS,
     SHORTCUT_EDGE,
     SKIP_EDGE,
+    WEIGHT_EDGE,
     GraphConversionError,
     activation_codes,
     blocks_to_graph,
@@ -547,6 +548,9 @@ def test_message_passing_metanets_read_skip_edges_and_respect_the_residual_symme
     torch.testing.assert_close(_permuted_residual(module, perm)(inputs), module(inputs), rtol=1e-12, atol=1e-12)
     graphs = Batch.from_data_list([module_to_graph(module), module_to_graph(_permuted_residual(module, perm))])
     metanet = build_metanet(name, hidden_dim=8, num_layers=2, skip_edges=True).double().eval()
+    metanet.encoder.set_input_statistics(graphs)  # per-layer weight statistics leave the skip edges out
+    into_2 = (graphs.edge_kind == WEIGHT_EDGE) & (graphs.edge_layer == 1)
+    torch.testing.assert_close(metanet.encoder.edge_mean[1], graphs.edge_attr[into_2].mean(), rtol=1e-12, atol=0)
     readout = InvariantReadout(8, 3).double().eval()
     out = readout(graphs, *metanet(graphs))
     torch.testing.assert_close(out[0], out[1], rtol=1e-10, atol=1e-10)
