@@ -23,7 +23,7 @@ from neuralgraph.nn import build_metanet
 from neuralgraph.nn.encoder import graph_context, uniform_widths
 
 WEIGHT_SPACE = ("dws", "nfn_hnp", "nfn_np")
-MESSAGE_PASSING = ("gmn",)  # dense blocks from GraphContext.widths
+MESSAGE_PASSING = ("gmn", "ng_gnn")  # dense blocks from GraphContext.widths
 ATTENTION = ("ng_t", "nft")  # as MESSAGE_PASSING, with their own attention over the blocks
 TOLERANCE = 1e-10
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

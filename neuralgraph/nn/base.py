@@ -197,6 +197,21 @@ def block_rows(blocks: Sequence[Tensor]) -> Tensor:
     return torch.cat([block.flatten(1, -2) for block in blocks], dim=1).flatten(0, 1)
 
 
+def endpoint_sums(source: Tensor, target: Tensor, widths: Sequence[int], with_reverse: bool = False) -> list[Tensor]:
+    """``s_j + t_i`` for every edge ``j -> i`` of a canonical batch, per weight layer: ``[B, d_{l+1}, d_l, C]``
+    blocks broadcast from node rows ``source``/``target`` ``[B N, C]``, nothing gathered.
+
+    ``with_reverse``: ``[2B, d_{l+1}, d_l, C]``, the reverse edges (``l + 1 -> l``) after the forward
+    ones as :class:`~neuralgraph.nn.encoder.GraphContext` orders its rows; one broadcast per layer.
+    """
+    s, t = node_blocks(source, widths), node_blocks(target, widths)
+    if not with_reverse:
+        return [s[l][:, None] + t[l + 1][:, :, None] for l in range(len(widths) - 1)]
+    # the node on the d_{l+1} axis is the target of a forward edge and the source of its reverse
+    return [(torch.stack([t[l + 1], s[l + 1]])[:, :, :, None] + torch.stack([s[l], t[l]])[:, :, None]).flatten(0, 1)
+            for l in range(len(widths) - 1)]
+
+
 def opposite_rows(edge: Tensor) -> Tensor:
     """Rows ``[forward, reverse]`` swapped: row ``k`` of the result is the opposite of edge ``k`` (a copy, no index)."""
     forward, reverse = edge.chunk(2)
@@ -258,12 +273,8 @@ class EdgeUpdate(MessagePassing):
 
     def dense_update(self, x: Tensor, edge_attr: Tensor, widths: Sequence[int]) -> Tensor:
         """The update on ``[B, d_{l+1}, d_l, C]`` blocks: ``W_s x_j + W_t x_i`` broadcast, not gathered."""
-        source = node_blocks(self.source_lin(x) + self.edge_lin.bias, widths)
-        target = node_blocks(self.target_lin(x), widths)
-        pairs = range(len(widths) - 1)
-        terms = block_rows([source[l][:, None] + target[l + 1][:, :, None] for l in pairs])
-        if self.with_reverse:  # row E + k runs from edge k's target to its source
-            terms = torch.cat([terms, block_rows([source[l + 1][:, :, None] + target[l][:, None] for l in pairs])])
+        terms = block_rows(endpoint_sums(self.source_lin(x) + self.edge_lin.bias, self.target_lin(x), widths,
+                                         self.with_reverse))
         hidden = torch.addmm(terms, edge_attr, self.edge_lin.weight.t())
         if self.with_reverse:
             hidden = hidden + opposite_rows(self.reverse_lin(edge_attr))

@@ -1,7 +1,9 @@
 """Neural Graphs GNN (NG-GNN, Kofinas et al. 2024): PNA message passing with FiLM-modulated messages."""
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from functools import reduce
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -10,7 +12,8 @@ from torch_geometric.nn.aggr import DegreeScalerAggregation
 from torch_geometric.utils import degree
 
 from neuralgraph.graph.core import Layout, mlp_to_graph
-from neuralgraph.nn.base import EdgeUpdate, FiLM, Metanet, MetanetLayer, ResidualNorm
+from neuralgraph.nn.base import (EdgeUpdate, FiLM, Metanet, MetanetLayer, ResidualNorm, block_rows, edge_blocks,
+                                  node_blocks)
 from neuralgraph.nn.registry import register_metanet
 
 AGGREGATORS = ("mean", "min", "max", "std")
@@ -42,7 +45,12 @@ class NGGNNLayer(MessagePassing, MetanetLayer):
         e_k' &= \mathrm{EdgeUpdate}(e_k, e_{\bar k}, x_j', x_i')
 
     where :math:`[\gamma, \beta]` is the FiLM of the edge. A PyG ``MessagePassing`` operator
-    whose aggregation is PyG's ``DegreeScalerAggregation``, as in ``PNAConv``.
+    whose aggregation is PyG's ``DegreeScalerAggregation``, as in ``PNAConv``. Given ``widths``
+    (``GraphContext.widths``: a canonical one-layout batch) it takes the dense path instead:
+    a node of layer ``k`` receives the forward edges of block ``k - 1`` (reduced over their
+    ``d_{k-1}`` axis) and the reverse edges of block ``k`` (over their ``d_{k+1}`` axis), so
+    every aggregator is two block reductions combined, and the degree ``d_{k-1} + d_{k+1}``
+    makes the scalers constants per layer; same math.
 
     Args:
         hidden_dim: width ``d`` of node and edge features.
@@ -54,7 +62,7 @@ class NGGNNLayer(MessagePassing, MetanetLayer):
         ``edge_attr`` ``[2E, d]``, ``reverse`` ``[2E]`` -> ``([N, d], [2E, d])``.
     """
 
-    context = ("reverse",)
+    context = ("reverse", "widths")
 
     def __init__(self, hidden_dim: int, deg: Tensor, dropout: float = 0.0):
         super().__init__(aggr=DegreeScalerAggregation(list(AGGREGATORS), list(SCALERS), deg))
@@ -74,15 +82,59 @@ class NGGNNLayer(MessagePassing, MetanetLayer):
         self.residual.reset_parameters()
         self.edge_mlp.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, reverse: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, reverse: Tensor,
+                widths: Optional[Sequence[int]] = None) -> tuple[Tensor, Tensor]:
         """``edge_index`` holds every edge and its opposite; ``reverse[k]`` is the index of ``k``'s opposite."""
-        aggregated = self.propagate(edge_index, x=(self.source_lin(x), self.target_lin(x)), edge_attr=edge_attr)
+        if widths is None:
+            aggregated = self.propagate(edge_index, x=(self.source_lin(x), self.target_lin(x)), edge_attr=edge_attr)
+        else:
+            aggregated = self.dense_aggregate(x, edge_attr, widths)
         hidden = nn.functional.silu(self.node_lin(torch.cat([x, aggregated], dim=-1)))
         x = self.residual(x, self.out(hidden))
-        return x, self.edge_mlp(x, edge_index, edge_attr, reverse)
+        return x, self.edge_mlp(x, edge_index, edge_attr, reverse, widths=widths)
 
     def message(self, x_j: Tensor, x_i: Tensor, edge_attr: Tensor) -> Tensor:
         return self.film(x_j + x_i, edge_attr)
+
+    def dense_aggregate(self, x: Tensor, edge_attr: Tensor, widths: Sequence[int]) -> Tensor:
+        """``a_i`` of every node from the ``[B, d_{l+1}, d_l, d]`` blocks of forward and reverse edges.
+
+        Each aggregator of ``DegreeScalerAggregation`` (PyG's fused formulas: mean as sum over
+        count, std from the mean of squares, clamped at 1e-5) is assembled from per-block
+        sums, sums of squares, minima and maxima.
+        """
+        channels = x.shape[1]
+        weight, bias = self.film.lin.weight, self.film.lin.bias
+        halves = edge_attr.view(2, -1, channels).unbind(0)  # forward rows, reverse rows
+        gammas, betas = ([edge_blocks(nn.functional.linear(half, weight[part], bias[part]), widths) for half in halves]
+                         for part in (slice(None, channels), slice(channels, None)))
+        source, target = node_blocks(self.source_lin(x), widths), node_blocks(self.target_lin(x), widths)
+        messages = [(torch.addcmul(beta_f, gamma_f, source[l][:, None] + target[l + 1][:, :, None]),
+                     torch.addcmul(beta_r, gamma_r, source[l + 1][:, :, None] + target[l][:, None]))
+                    for l, (gamma_f, gamma_r, beta_f, beta_r) in enumerate(zip(*gammas, *betas))]
+        incoming = [[] for _ in widths]  # incoming[k]: (messages, axis of their sources) into node layer k
+        for l, (forward, reverse) in enumerate(messages):
+            incoming[l + 1].append((forward, 2))
+            incoming[l].append((reverse, 1))
+        return block_rows([self.scaled_aggregators(messages) for messages in incoming])
+
+    def scaled_aggregators(self, messages: list[tuple[Tensor, int]]) -> Tensor:
+        """``[B, d_k, 12 d]``: the aggregators of one node layer's incoming blocks, times each degree scaler."""
+        count = sum(block.shape[axis] for block, axis in messages)
+        mean = sum(block.sum(axis) for block, axis in messages) / count
+        variance = sum(block.square().sum(axis) for block, axis in messages) / count - mean * mean
+        std = variance.clamp(min=1e-5).sqrt()
+        values = {
+            "mean": mean,
+            "min": reduce(torch.minimum, [block.amin(axis) for block, axis in messages]),
+            "max": reduce(torch.maximum, [block.amax(axis) for block, axis in messages]),
+            "std": std.masked_fill(std <= math.sqrt(1e-5), 0.0),
+        }
+        out = torch.cat([values[name] for name in AGGREGATORS], dim=-1)
+        degree, average = out.new_tensor(float(count)), self.aggr_module.avg_deg_log
+        scale = {"identity": None, "amplification": torch.log(degree + 1) / average,
+                 "attenuation": average / torch.log(degree + 1)}
+        return torch.cat([out if scale[name] is None else out * scale[name] for name in SCALERS], dim=-1)
 
 
 @register_metanet("ng_gnn")
