@@ -2,11 +2,15 @@
 neurons of each layer, interleaved with exchanges along the weights between layers."""
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 from torch_geometric.utils import scatter, to_dense_batch
 
-from neuralgraph.nn.base import EdgeUpdate, FeedForward, Metanet, MetanetLayer, ResidualNorm, check_heads
+from neuralgraph.nn.base import (EdgeUpdate, FeedForward, Metanet, MetanetLayer, ResidualNorm, block_rows, check_heads,
+                                 edge_blocks, node_blocks)
 from neuralgraph.nn.registry import register_metanet
 
 
@@ -26,9 +30,13 @@ class NeuronAttentionLayer(MetanetLayer):
               \quad x_i \leftarrow \mathrm{FFN}(x_i) \\
         e_{ij} &\leftarrow \mathrm{EdgeUpdate}(e_{ij}, x_j, x_i)
 
-    :math:`G(i)` is the set of neurons in the same layer of the same graph. Attention runs on
-    groups padded to the largest layer (``[groups, width, width]`` scores, never ``N x N``
-    across the batch), with padding masked out. Hidden neurons of a layer share their
+    :math:`G(i)` is the set of neurons in the same layer of the same graph. Queries, keys and
+    values are projected once per neuron. General path: attention runs on groups padded to the
+    largest layer (``[groups, width, width]`` scores, never ``N x N`` across the batch), with
+    padding masked out, and the edge means are scatters. Dense path, on a canonical one-layout
+    batch (``widths``, see :class:`~neuralgraph.nn.encoder.GraphContext`): the groups of layer
+    ``k`` are a ``[B, d_k, d]`` view, unpadded, and the means reduce an axis of the
+    ``[B, d_{l+1}, d_l, d]`` edge blocks; same result. Hidden neurons of a layer share their
     positional embedding, so attention among them is equivariant to their permutations.
     (`Zhou et al., 2023 <https://arxiv.org/abs/2305.13546>`_.)
 
@@ -39,10 +47,10 @@ class NeuronAttentionLayer(MetanetLayer):
 
     Shapes:
         ``x`` ``[N, d]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, d]``, ``node_layer``
-        ``[N]``, ``batch`` ``[N]`` -> ``([N, d], [E, d])``.
+        ``[N]``, ``batch`` ``[N]``, optional ``widths`` -> ``([N, d], [E, d])``.
     """
 
-    context = ("node_layer", "batch")
+    context = ("node_layer", "batch", "widths")
 
     def __init__(self, hidden_dim: int, num_heads: int = 4, dropout: float = 0.0):
         super().__init__()
@@ -66,24 +74,49 @@ class NeuronAttentionLayer(MetanetLayer):
             module.reset_parameters()
 
     def forward(
-        self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, node_layer: Tensor, batch: Tensor
+        self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, node_layer: Tensor, batch: Tensor,
+        widths: Optional[Sequence[int]] = None,
     ) -> tuple[Tensor, Tensor]:
-        """``node_layer``/``batch``: layer and graph of each node (attention runs within each pair)."""
-        src, dst = edge_index
-        num_nodes = x.shape[0]
-        incoming = scatter(edge_attr, dst, 0, num_nodes, "mean")
-        outgoing = scatter(edge_attr, src, 0, num_nodes, "mean")
+        """``node_layer``/``batch``: layer and graph of each node (attention runs within each pair);
+        ``widths`` (``GraphContext.widths``) selects the dense path."""
+        if widths is None:
+            src, dst = edge_index
+            incoming = scatter(edge_attr, dst, 0, x.shape[0], "mean")
+            outgoing = scatter(edge_attr, src, 0, x.shape[0], "mean")
+        else:  # means over the source / target axis of each block; inputs have no incoming edges, outputs no outgoing
+            edges = edge_blocks(edge_attr, widths)
+            first, last = (x.new_zeros(edges[0].shape[0], widths[k], x.shape[1]) for k in (0, -1))
+            incoming = block_rows([first] + [block.sum(2) / block.shape[2] for block in edges])
+            outgoing = block_rows([block.sum(1) / block.shape[1] for block in edges] + [last])
         hidden = self.node_lin(x) + self.incoming_lin(incoming) + self.outgoing_lin(outgoing)
         x = self.exchange_residual(x, self.exchange_out(nn.functional.silu(hidden)))
+        x = self.feedforward(self.attention_residual(x, self.self_attention(x, node_layer, batch, widths)))
+        return x, self.edge_mlp(x, edge_index, edge_attr, widths=widths)
 
-        groups = layer_groups(node_layer, batch)
-        order = torch.argsort(groups, stable=True)
-        dense, mask = to_dense_batch(x[order], groups[order])  # [G, width, d]
-        attended, _ = self.attention(dense, dense, dense, key_padding_mask=~mask, need_weights=False)
-        attended_nodes = torch.empty_like(x)
-        attended_nodes[order] = attended[mask]
-        x = self.feedforward(self.attention_residual(x, attended_nodes))
-        return x, self.edge_mlp(x, edge_index, edge_attr)
+    def self_attention(self, x: Tensor, node_layer: Tensor, batch: Tensor, widths: Optional[Sequence[int]]) -> Tensor:
+        """Multi-head attention of ``self.attention`` among the neurons of each layer of each graph.
+
+        Queries, keys and values are projected once per node; the groups are ``[B, d_k]`` views
+        of a canonical batch (dense path), or padded to the widest group and masked.
+        """
+        attention = self.attention
+        heads, dropout = attention.num_heads, attention.dropout if self.training else 0.0
+        projected = F.linear(x, attention.in_proj_weight, attention.in_proj_bias)
+
+        def attend(group: Tensor, mask: Optional[Tensor] = None) -> Tensor:  # [G, width, 3d] -> [G, width, d]
+            query, key, value = (t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in group.chunk(3, -1))
+            mask = None if mask is None else mask[:, None, None, :]
+            return F.scaled_dot_product_attention(query, key, value, mask, dropout).transpose(1, 2).flatten(2)
+
+        if widths is not None:
+            attended = block_rows([attend(group) for group in node_blocks(projected, widths)])
+        else:
+            groups = layer_groups(node_layer, batch)
+            order = torch.argsort(groups, stable=True)
+            dense, mask = to_dense_batch(projected[order], groups[order])
+            attended = torch.empty_like(x)
+            attended[order] = attend(dense, mask)[mask]
+        return attention.out_proj(attended)
 
 
 @register_metanet("nft")
