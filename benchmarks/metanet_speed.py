@@ -9,6 +9,12 @@
   is optional (``pip install -e .[bench]``, see pyproject.toml); without it that table is skipped;
 * the sparse GMN layer stack against a dense implementation of the same layers, with a
   ``[B, N, N, d]`` edge tensor as some public code does (same parameters, outputs checked equal);
+* the message-passing metanetworks (``gmn``, ``ng_gnn``, ``ng_t``, ``nft``) at the widths of
+  their configs (``configs/dilation/<name>_k1.yaml``) against the same architectures as of git
+  commit ``--baseline`` (default :data:`BASELINE_COMMIT`), loaded from git at run time
+  (:func:`pinned_neuralgraph`) with the same parameters, outputs checked equal: new code as
+  selected automatically (dense blocks on this one-layout batch), new code forced onto the
+  general path (``encoder.dense = False``), and the old code (``--only-baseline``: this alone);
 * parameter counts at the configurations of the papers (GMN d=128, 10 layers; DWS hidden 32,
   4 layers, when registered).
 
@@ -53,6 +59,16 @@ BASELINE_METANETS = ("gmn", "ng_gnn", "ng_t", "nft")
 REPO = Path(__file__).resolve().parents[1]
 
 
+def config_width(name: str) -> int:
+    """``hidden_dim`` of ``configs/dilation/<name>_k1.yaml``, the width the architecture trains at."""
+    import yaml
+
+    path = REPO / "configs" / "dilation" / f"{name}_k1.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: no config width for {name!r}; pass --baseline-width")
+    return int(yaml.safe_load(path.read_text())["model"]["init_args"]["metanet_config"]["hidden_dim"])
+
+
 def pinned_neuralgraph(commit: str = BASELINE_COMMIT) -> ModuleType:
     """The ``neuralgraph`` package as of git ``commit``, imported beside the current one.
 
@@ -83,9 +99,13 @@ def pinned_neuralgraph(commit: str = BASELINE_COMMIT) -> ModuleType:
     return importlib.import_module(f"{alias}.nn")
 
 
-def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync) -> tuple[dict, float]:
-    """Fwd+bwd steps of ``name`` now and at the pinned commit, same parameters; and the max |output difference|."""
+def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync) -> tuple[dict, dict]:
+    """Fwd+bwd steps of ``name`` now (path chosen automatically, and forced general) and at the pinned
+    commit, same parameters; and the max |output difference| of each new path from the old code."""
     current = build_metanet(name, **cfg).to(graph.x.device)
+    general = build_metanet(name, **cfg).to(graph.x.device)
+    general.load_state_dict(current.state_dict())
+    general.encoder.dense = False
     if name not in pinned.METANETS:
         raise ValueError(f"metanet {name!r} is not registered at the baseline commit; known: {sorted(pinned.METANETS)}")
     old = pinned.build_metanet(name, **cfg).to(graph.x.device)
@@ -93,29 +113,35 @@ def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync) -> tup
     if missing.missing_keys or missing.unexpected_keys:
         raise ValueError(f"{name}: parameters differ from the baseline's (missing {missing.missing_keys}, "
                          f"unexpected {missing.unexpected_keys}); checkpoints would not load either")
+    models = {"new": current, "general": general, "old": old}
     with torch.no_grad():
-        difference = max((a - b).abs().max().item() for a, b in zip(current(graph), old(graph)))
-    return ({"new": backward_step(lambda: current(graph), sync), "old": backward_step(lambda: old(graph), sync)},
-            difference)
+        reference = old(graph)
+        differences = {path: max((a - b).abs().max().item() for a, b in zip(models[path](graph), reference))
+                       for path in ("new", "general")}
+    return {path: backward_step(lambda model=model: model(graph), sync) for path, model in models.items()}, differences
 
 
 def baseline_comparison(graph, args, sync) -> dict:
     """Throughput of :data:`BASELINE_METANETS` now against ``args.baseline``, interleaved in one run."""
     pinned = pinned_neuralgraph(args.baseline)
-    cfg = {"hidden_dim": args.hidden_dim, "num_layers": args.num_layers, "max_layers": len(LAYOUT) - 1}
-    steps, differences = {}, {}
+    steps, differences, widths = {}, {}, {}
     for name in args.baseline_metanets:
-        pair, differences[name] = baseline_steps(name, graph, cfg, pinned, sync)
-        steps.update({(name, which): step for which, step in pair.items()})
+        widths[name] = args.baseline_width or config_width(name)
+        cfg = {"hidden_dim": widths[name], "num_layers": args.num_layers, "max_layers": len(LAYOUT) - 1}
+        paths, differences[name] = baseline_steps(name, graph, cfg, pinned, sync)
+        steps.update({(name, path): step for path, step in paths.items()})
     rates = interleaved_rates(steps, args.batch, args.repeats)
-    print(f"\nmessage-passing metanets now vs git {args.baseline}, fwd+bwd, batch {args.batch}, median of "
-          f"{args.repeats} interleaved repetitions (graphs/s)")
-    print(f"{'metanet':<9}{'new':>9}{'old':>9}{'new/old':>9}{'max |diff|':>12}")
+    print(f"\nmessage-passing metanets now vs git {args.baseline}, {args.num_layers} layers, fwd+bwd, batch "
+          f"{args.batch}, median of {args.repeats} interleaved repetitions (graphs/s); max |output - old output|")
+    print(f"{'metanet':<9}{'d':>5}{'new':>9}{'general':>9}{'old':>9}{'new/old':>9}{'gen/old':>9}{'new diff':>10}"
+          f"{'gen diff':>10}")
     table = {}
     for name in args.baseline_metanets:
-        new, old = rates[(name, "new")], rates[(name, "old")]
-        table[name] = {"new": new, "old": old, "difference": differences[name]}
-        print(f"{name:<9}{new:>9.1f}{old:>9.1f}{new / old:>8.2f}x{differences[name]:>12.1e}")
+        new, general, old = (rates[(name, path)] for path in ("new", "general", "old"))
+        table[name] = {"hidden_dim": widths[name], "new": new, "general": general, "old": old,
+                       "difference": differences[name]["new"], "general_difference": differences[name]["general"]}
+        print(f"{name:<9}{widths[name]:>5}{new:>9.1f}{general:>9.1f}{old:>9.1f}{new / old:>8.2f}x"
+              f"{general / old:>8.2f}x{differences[name]['new']:>10.1e}{differences[name]['general']:>10.1e}")
     return table
 
 
@@ -249,6 +275,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--baseline", default=BASELINE_COMMIT, help="git commit of the baseline metanetworks")
     parser.add_argument("--baseline-metanets", nargs="*", default=list(BASELINE_METANETS),
                         help="metanetworks timed against --baseline (none: skip the comparison)")
+    parser.add_argument("--baseline-width", type=int,
+                        help="hidden_dim of that comparison (default: each architecture's configs/dilation width)")
     parser.add_argument("--only-baseline", action="store_true", help="run the comparison with --baseline only")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

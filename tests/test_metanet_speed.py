@@ -44,11 +44,18 @@ def test_baseline_is_the_pinned_commit_beside_the_working_tree():
     assert pinned.METANETS is not neuralgraph.nn.METANETS
     assert pinned.METANETS["gmn"] is not neuralgraph.nn.METANETS["gmn"]
     args = argparse.Namespace(baseline=metanet_speed.BASELINE_COMMIT, baseline_metanets=["gmn", "ng_gnn"],
-                              hidden_dim=8, num_layers=2, batch=ARGS.batch, repeats=1)
+                              baseline_width=8, num_layers=2, batch=ARGS.batch, repeats=1)
     table = metanet_speed.baseline_comparison(graph(), args, lambda: None)
     assert sorted(table) == ["gmn", "ng_gnn"]
     for row in table.values():
-        assert row["difference"] < 1e-5 and min(row["new"], row["old"]) > 0
+        assert row["hidden_dim"] == 8 and max(row["difference"], row["general_difference"]) < 1e-5
+        assert min(row["new"], row["general"], row["old"]) > 0
+
+
+def test_baseline_widths_are_the_configs():
+    assert metanet_speed.config_width("gmn") == 128 and metanet_speed.config_width("ng_gnn") == 64
+    with pytest.raises(FileNotFoundError, match="no config width for 'nope'"):
+        metanet_speed.config_width("nope")
 
 
 def test_baseline_of_an_unknown_commit_names_it():
