@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-layers", type=positive_int, default=4, help="layers of the metanets")
     parser.add_argument("--maps-per-draw", type=positive_int, default=16, help="decoder outputs k: Jacobians per parameter draw")
     parser.add_argument("--patience", type=positive_int, default=2, help="stop after this many draws that add no dimension")
-    parser.add_argument("--draws-per-batch", type=positive_int, default=8,
+    parser.add_argument("--draws-per-batch", type=positive_int, default=12,
                         help="parameter draws differentiated together (one vmap); the span still takes them one by one")
     parser.add_argument("--architectures", nargs="+", default=None, help="subset of metanets (default: all)")
     parser.add_argument("--check-up-to", type=positive_int, default=40,
@@ -171,7 +171,7 @@ class LinearisationSpan:
 
 def linearisation_span(
     name: str, layout: Layout, hidden_dim: int, num_layers: int, k: int, patience: int, progress: bool = False,
-    batch: int = 8,
+    batch: int = 12,
 ) -> LinearisationSpan:
     """Add ``k`` Jacobians at 0 per draw (0, 1, ...; ``batch`` draws computed at a time) to the span
     until it fills the commutant or ``patience`` draws in a row leave it as it is."""

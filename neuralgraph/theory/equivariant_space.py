@@ -105,18 +105,18 @@ def permutation_matrix(index: Tensor, dtype: torch.dtype = torch.float64) -> Ten
 def commutant_dimension(layout: Layout, group: str) -> int:
     """Dimension of ``{T : T P_g = P_g T}`` by solving the linear system for the generators.
 
-    ``vec(T P - P T) = (P^T kron I - I kron P) vec(T)`` (column-major ``vec``); the dimension
-    is ``n^2`` minus the rank of those matrices stacked over the generators.
+    ``vec(T P - P T) = B_g vec(T)`` with ``B_g = P^T kron I - I kron P`` (column-major ``vec``);
+    the dimension is ``n^2`` minus the rank of the ``B_g`` stacked over the generators, which is
+    the rank of the symmetric ``sum_g B_g^T B_g`` (same null space, ``[n^2, n^2]`` instead of
+    ``[G n^2, n^2]``).
     """
     n = parameter_count(layout)
     identity = torch.eye(n, dtype=torch.float64)
-    blocks = [
-        torch.kron(p.T.contiguous(), identity) - torch.kron(identity, p)
-        for p in map(permutation_matrix, group_generators(layout, group))
-    ]
-    if not blocks:
-        return n * n
-    return n * n - int(torch.linalg.matrix_rank(torch.cat(blocks)))
+    gram = torch.zeros(n * n, n * n, dtype=torch.float64)
+    for p in map(permutation_matrix, group_generators(layout, group)):
+        block = torch.kron(p.T.contiguous(), identity) - torch.kron(identity, p)
+        gram += block.T @ block
+    return n * n - int(torch.linalg.matrix_rank(gram, hermitian=True))
 
 
 def orbit_count(layout: Layout, group: str) -> int:
