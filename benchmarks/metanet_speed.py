@@ -145,6 +145,33 @@ def baseline_comparison(graph, args, sync) -> dict:
     return table
 
 
+def baseline_profile(graph, args, sync, top: int = 12) -> dict:
+    """Where the time of one fwd+bwd step goes, new (automatic path) against ``args.baseline``:
+    ``torch.profiler`` self CPU time of the ``top`` costliest operators, with their share of the step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    pinned, shares = pinned_neuralgraph(args.baseline), {}
+    for name in args.baseline_metanets:
+        width = args.baseline_width or config_width(name)
+        cfg = {"hidden_dim": width, "num_layers": args.num_layers, "max_layers": len(LAYOUT) - 1}
+        steps, _ = baseline_steps(name, graph, cfg, pinned, sync)
+        times = {}
+        for path in ("new", "old"):
+            steps[path]()  # warm-up
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                steps[path]()
+            times[path] = {event.key: event.self_cpu_time_total / 1e3 for event in prof.key_averages()}
+        totals = {path: sum(times[path].values()) for path in times}
+        ops = sorted(set(times["new"]) | set(times["old"]), key=lambda op: -max(t.get(op, 0.0) for t in times.values()))
+        print(f"\n{name} (d={width}) one fwd+bwd step, self CPU ms (share): new {totals['new']:.0f}, "
+              f"git {args.baseline} {totals['old']:.0f}")
+        for op in ops[:top]:
+            print(f"  {op[:40]:<42}" + "".join(f"{times[path].get(op, 0.0):>9.1f} ({100 * times[path].get(op, 0.0) / totals[path]:>4.1f}%)"
+                                              for path in ("new", "old")))
+        shares[name] = {path: {op: times[path].get(op, 0.0) / totals[path] for op in ops[:top]} for path in times}
+    return shares
+
+
 def dense_gmn_layer(layer: GMNLayer, node: Tensor, edge: Tensor, adjacency: Tensor) -> tuple[Tensor, Tensor]:
     """``layer`` on dense tensors: node ``[B, N, d]``, edge ``[B, N, N, d]`` (row = target i, column = source j)."""
     update = layer.edge_mlp
@@ -278,6 +305,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--baseline-width", type=int,
                         help="hidden_dim of that comparison (default: each architecture's configs/dilation width)")
     parser.add_argument("--only-baseline", action="store_true", help="run the comparison with --baseline only")
+    parser.add_argument("--profile", action="store_true",
+                        help="with --only-baseline: also print where one step's time goes, new vs --baseline")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -293,6 +322,8 @@ def main(argv=None) -> dict:
     results = {"rates": {}, "device": device.type, "threads": args.threads}
     results["baseline"] = baseline_comparison(graph, args, sync) if args.baseline_metanets else {}
     if args.only_baseline:
+        if args.profile:
+            results["profile"] = baseline_profile(graph, args, sync)
         return results
     print(f"\n{'metanet':<10}{'params':>10}{'graphs/s':>12}")
     models = {name: build_metanet(name, hidden_dim=args.hidden_dim, num_layers=args.num_layers,

@@ -1,9 +1,12 @@
 """All speed ratios of the project in one run and one markdown table, with the machine described.
 
     python benchmarks/speed.py [--quick] [--out benchmarks/results/speed_<machine>.md]
+    python benchmarks/speed.py --only-baseline [--metanets gmn ng_gnn] --out ...
 
 Runs benchmarks/graph_build.py, inr_fit.py and metanet_speed.py in this process, one after the
 other (each prints its own detail), then prints the summary table and writes it to ``--out``.
+``--only-baseline`` runs only metanet_speed.py's comparison with the pinned commit (short enough
+for a quiet window) and replaces those rows of an existing ``--out`` table, keeping the others.
 """
 from __future__ import annotations
 
@@ -44,7 +47,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a sanity run, noisier ratios)")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--only-baseline", action="store_true",
+                        help="only the message-passing metanets against metanet_speed.py's pinned commit")
+    parser.add_argument("--metanets", nargs="+", default=list(metanet_speed.BASELINE_METANETS),
+                        help="with --only-baseline: the metanets compared")
+    parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
+    if args.only_baseline:
+        meta = metanet_speed.main(["--only-baseline", "--repeats", str(args.repeats), "--baseline-metanets",
+                                   *args.metanets])
+        return write_rows(baseline_rows(meta), args.out, meta["threads"], replace=True)
     quick = args.quick
     graph = graph_build.main(["--networks", "2000" if quick else "10000", "--repeats", "2" if quick else "3"])
     fit = inr_fit.main(["--inrs", "32" if quick else "128", "--loop-inrs", "4" if quick else "8",
@@ -70,15 +82,40 @@ def main(argv=None) -> int:
     for name, rate in sorted(meta["rates"].items()):
         rows.append((f"{name} fwd+bwd, batch 32", name, f"{rate:.1f} graphs/s", "gmn", f"{gmn_rate:.1f} graphs/s",
                      rate / gmn_rate))
-    table = [f"# Speed ratios{' (quick run)' if quick else ''}", "", machine_description(),
-             f"metanetworks: {meta['threads']} thread, medians of interleaved repetitions", "",
-             "| benchmark | ours | measured | baseline | measured | ratio |", "|---|---|---|---|---|---|"]
-    table += [f"| {a} | {b} | {c} | {d} | {e} | {r:.2f}x |" for a, b, c, d, e, r in rows]
-    text = "\n".join(table) + "\n"
+    return write_rows(rows + baseline_rows(meta), args.out, meta["threads"], title_suffix=" (quick run)" if quick else "")
+
+
+def baseline_rows(meta: dict) -> list[tuple]:
+    """Rows of metanet_speed.py's comparison with the pinned commit: the path chosen automatically, then the
+    general path, each against the old code."""
+    commit, rows = metanet_speed.BASELINE_COMMIT, []
+    for name, row in meta["baseline"].items():
+        label = f"{name} d={row['hidden_dim']} fwd+bwd, batch 32"
+        for path, ours in (("new", "automatic (dense blocks)"), ("general", "general path")):
+            rows.append((label, ours, f"{row[path]:.1f} graphs/s", f"git {commit}", f"{row['old']:.1f} graphs/s",
+                         row[path] / row["old"]))
+    return rows
+
+
+def write_rows(rows: list[tuple], out, threads: int, title_suffix: str = "", replace: bool = False) -> int:
+    """Print the table of ``rows`` and write it to ``out``; ``replace``: only swap the rows of the same
+    benchmark and contender in the existing ``out``, keeping its other rows."""
+    lines = [f"| {a} | {b} | {c} | {d} | {e} | {r:.2f}x |" for a, b, c, d, e, r in rows]
+    if replace:
+        if out is None or not out.exists():
+            raise SystemExit(f"--only-baseline replaces rows of an existing table; {out} does not exist")
+        keys = {tuple(line.split(" | ")[:2]) for line in lines}
+        kept = [line for line in out.read_text().splitlines() if tuple(line.split(" | ")[:2]) not in keys]
+        text = "\n".join(kept + lines) + "\n"
+    else:
+        text = "\n".join([f"# Speed ratios{title_suffix}", "", machine_description(),
+                          f"metanetworks: {threads} thread, medians of interleaved repetitions", "",
+                          "| benchmark | ours | measured | baseline | measured | ratio |", "|---|---|---|---|---|---|",
+                          *lines]) + "\n"
     print("\n" + text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
     return 0
 
 

@@ -61,3 +61,24 @@ def test_baseline_widths_are_the_configs():
 def test_baseline_of_an_unknown_commit_names_it():
     with pytest.raises(RuntimeError, match="git archive 0000000 neuralgraph failed"):
         metanet_speed.pinned_neuralgraph("0000000")
+
+
+def test_speed_table_rows_replaced_in_place(tmp_path):
+    """speed.py --only-baseline swaps its rows of an existing table and keeps every other row."""
+    import speed
+
+    out = tmp_path / "speed.md"
+    out.write_text("# Speed ratios\n\n| benchmark | ours | measured | baseline | measured | ratio |\n|---|---|---|---|---|---|\n"
+                   "| other | x | 1 s | y | 2 s | 2.00x |\n| gmn d=8 fwd+bwd, batch 32 | general path | 1.0 graphs/s | git 0 |"
+                   " 1.0 graphs/s | 1.00x |\n")
+    meta = {"baseline": {"gmn": {"hidden_dim": 8, "new": 3.0, "general": 1.5, "old": 1.0}}}
+    speed.write_rows(speed.baseline_rows(meta), out, 1, replace=True)
+    lines = out.read_text().splitlines()
+    assert "| other | x | 1 s | y | 2 s | 2.00x |" in lines
+    assert [line for line in lines if line.startswith("| gmn")] == [
+        f"| gmn d=8 fwd+bwd, batch 32 | automatic (dense blocks) | 3.0 graphs/s | git {metanet_speed.BASELINE_COMMIT} "
+        "| 1.0 graphs/s | 3.00x |",
+        f"| gmn d=8 fwd+bwd, batch 32 | general path | 1.5 graphs/s | git {metanet_speed.BASELINE_COMMIT} "
+        "| 1.0 graphs/s | 1.50x |"]
+    with pytest.raises(SystemExit, match="does not exist"):
+        speed.write_rows([], tmp_path / "absent.md", 1, replace=True)
