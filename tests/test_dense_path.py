@@ -102,6 +102,18 @@ def test_message_passing_dense_path_does_not_propagate(name):
     assert len(calls) >= 2 * metanet.num_layers
 
 
+@pytest.mark.parametrize("name, layer_name, edges", [("gmn", "EdgeUpdate", 18), ("ng_gnn", "NGGNNLayer", 36)])
+def test_widths_that_do_not_fit_the_rows_are_named(name, layer_name, edges):
+    """A layer called with widths of another layout fails with both sizes, not a reshape error."""
+    metanet = message_passing_model(name, (2, 3, 1))
+    node, edge, context = metanet.encoder(random_graph((2, 3, 1), 2, 0))
+    layer = metanet.layers[0]
+    arguments = layer.context_arguments(context._replace(widths=(2, 3, 3, 1)))
+    with pytest.raises(ValueError, match=rf"{layer_name}: widths=\(2, 3, 3, 1\) describe graphs of 9 nodes and "
+                                         rf"{edges} edge rows, but x has 12 rows"):
+        layer(node, context.edge_index, edge, **arguments)
+
+
 @pytest.mark.parametrize("name", MESSAGE_PASSING + ATTENTION)
 def test_message_passing_float32_dense_equals_general_path(name):
     """Float32 features within 1e-5; gradients, sums over every edge, within 1e-5 relative."""

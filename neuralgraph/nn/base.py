@@ -197,6 +197,16 @@ def block_rows(blocks: Sequence[Tensor]) -> Tensor:
     return torch.cat([block.flatten(1, -2) for block in blocks], dim=1).flatten(0, 1)
 
 
+def check_dense_rows(layer: nn.Module, x: Tensor, edge_attr: Tensor, widths: Sequence[int], directions: int = 1) -> None:
+    """ValueError naming ``layer`` unless ``x``/``edge_attr`` have the rows of whole graphs of layout ``widths``
+    (``directions = 2``: each edge and its reverse)."""
+    nodes, edges = sum(widths), directions * sum(a * b for a, b in zip(widths, widths[1:]))
+    graphs = x.shape[0] // nodes
+    if x.shape[0] != graphs * nodes or edge_attr.shape[0] != graphs * edges:
+        raise ValueError(f"{type(layer).__name__}: widths={tuple(widths)} describe graphs of {nodes} nodes and {edges} "
+                         f"edge rows, but x has {x.shape[0]} rows and edge_attr {edge_attr.shape[0]}")
+
+
 def endpoint_sums(source: Tensor, target: Tensor, widths: Sequence[int], with_reverse: bool = False) -> list[Tensor]:
     """``s_j + t_i`` for every edge ``j -> i`` of a canonical batch, per weight layer: ``[B, d_{l+1}, d_l, C]``
     blocks broadcast from node rows ``source``/``target`` ``[B N, C]``, nothing gathered.
@@ -273,6 +283,7 @@ class EdgeUpdate(MessagePassing):
 
     def dense_update(self, x: Tensor, edge_attr: Tensor, widths: Sequence[int]) -> Tensor:
         """The update on ``[B, d_{l+1}, d_l, C]`` blocks: ``W_s x_j + W_t x_i`` broadcast, not gathered."""
+        check_dense_rows(self, x, edge_attr, widths, 2 if self.with_reverse else 1)
         terms = block_rows(endpoint_sums(self.source_lin(x) + self.edge_lin.bias, self.target_lin(x), widths,
                                          self.with_reverse))
         hidden = torch.addmm(terms, edge_attr, self.edge_lin.weight.t())

@@ -12,8 +12,8 @@ from torch_geometric.nn.aggr import DegreeScalerAggregation
 from torch_geometric.utils import degree
 
 from neuralgraph.graph.core import Layout, mlp_to_graph
-from neuralgraph.nn.base import (EdgeUpdate, FiLM, Metanet, MetanetLayer, ResidualNorm, block_rows, edge_blocks,
-                                  node_blocks)
+from neuralgraph.nn.base import (EdgeUpdate, FiLM, Metanet, MetanetLayer, ResidualNorm, block_rows,
+                                  check_dense_rows, edge_blocks, node_blocks)
 from neuralgraph.nn.registry import register_metanet
 
 AGGREGATORS = ("mean", "min", "max", "std")
@@ -103,6 +103,7 @@ class NGGNNLayer(MessagePassing, MetanetLayer):
         count, std from the mean of squares, clamped at 1e-5) is assembled from per-block
         sums, sums of squares, minima and maxima.
         """
+        check_dense_rows(self, x, edge_attr, widths, directions=2)
         channels = x.shape[1]
         weight, bias = self.film.lin.weight, self.film.lin.bias
         halves = edge_attr.view(2, -1, channels).unbind(0)  # forward rows, reverse rows
