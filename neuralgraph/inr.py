@@ -513,6 +513,10 @@ def fit_inrs(images: Tensor, seeds: Sequence[int], convention: SirenConvention =
     flat = start(ids)
     exp_avg, exp_avg_sq = torch.zeros_like(flat), torch.zeros_like(flat)
     step = torch.zeros(len(ids), 1, dtype=dtype, device=device)
+    # beta ** step as running float64 products: a product is rounded the same in any lane, while
+    # torch's vectorised pow differs from its scalar tail, which made an INR depend on its row
+    powers = torch.ones(len(ids), 2, dtype=torch.float64, device=device)
+    betas = torch.tensor([beta1, beta2], dtype=torch.float64, device=device)
     targets = images[ids.to(device)]  # gathered again only when the pool changes
     while len(ids):
         mse, grad = loss_and_gradient(flat, targets)
@@ -532,10 +536,12 @@ def fit_inrs(images: Tensor, seeds: Sequence[int], convention: SirenConvention =
         # (measured at 2 threads; docs/inr.md).
         with _one_thread() if device.type == "cpu" else contextlib.nullcontext():
             step += 1
+            powers.mul_(betas)
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            step_size = config.lr / (1 - beta1 ** step)
-            denom = exp_avg_sq.sqrt().div_((1 - beta2 ** step).sqrt()).add_(config.eps).div_(step_size)
+            bias1, bias2 = (1 - powers).to(dtype).unbind(1)
+            step_size = config.lr / bias1.unsqueeze(1)
+            denom = exp_avg_sq.sqrt().div_(bias2.sqrt().unsqueeze(1)).add_(config.eps).div_(step_size)
             flat.addcdiv_(exp_avg, denom, value=-1)
         if finished.any():
             keep = ~finished
@@ -547,6 +553,7 @@ def fit_inrs(images: Tensor, seeds: Sequence[int], convention: SirenConvention =
             exp_avg = torch.cat([exp_avg[keep_dev], flat.new_zeros(len(refill), flat.shape[1])])
             exp_avg_sq = torch.cat([exp_avg_sq[keep_dev], flat.new_zeros(len(refill), flat.shape[1])])
             step = torch.cat([step[keep_dev], step.new_zeros(len(refill), 1)])
+            powers = torch.cat([powers[keep_dev], powers.new_ones(len(refill), 2)])
             targets = images[ids.to(device)]
     weights, biases = unpack(out_flat, layout)
     return FitResult(weights, biases, out_psnr, out_steps)
