@@ -194,11 +194,16 @@ def test_dataset_batches_take_the_dense_path(tiny_inrs, permute):
     assert graph_context(graph, with_layer_index=True).layers.widths == dataset.convention.layout
 
 
-def test_ng_t_dense_path_needs_every_edge_and_its_opposite():
+@pytest.mark.parametrize("name, rows, message", [
+    ("ng_t", 18, r"RelationalAttentionLayer: widths=\(2, 3, 1\) describe graphs of 6 nodes and 18 edge rows, but x has 12 "
+                 r"rows and edge_attr 18"),
+    ("nft", 9, r"NeuronAttentionLayer: widths=\(2, 3, 1\) describe graphs of 6 nodes and 9 edge rows, but x has 12 rows "
+               r"and edge_attr 9")])
+def test_attention_dense_path_names_rows_that_do_not_fit(name, rows, message):
+    """NG-T's dense path needs every edge and its opposite; both need whole graphs of the layout."""
     layout = (2, 3, 1)
-    metanet = message_passing_model("ng_t", layout)
+    metanet = message_passing_model(name, layout)
     node, edge, context = metanet.encoder(random_graph(layout, 2, 0))
-    with pytest.raises(ValueError, match=r"RelationalAttentionLayer: widths=\(2, 3, 1\) describe 18 edges, but edge_attr "
-                                         r"has 18 rows, not 36"):
-        metanet.layers[0](node, context.edge_index, edge[: context.num_edges], reverse=context.reverse,
-                          widths=context.widths)
+    layer = metanet.layers[0]
+    with pytest.raises(ValueError, match=message):
+        layer(node, context.edge_index, edge[:rows], **layer.context_arguments(context))

@@ -9,8 +9,8 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch_geometric.utils import scatter, to_dense_batch
 
-from neuralgraph.nn.base import (EdgeUpdate, FeedForward, Metanet, MetanetLayer, ResidualNorm, block_rows, check_heads,
-                                 edge_blocks, node_blocks)
+from neuralgraph.nn.base import (EdgeUpdate, FeedForward, Metanet, MetanetLayer, ResidualNorm, block_rows,
+                                 check_dense_rows, check_heads, edge_blocks, node_blocks)
 from neuralgraph.nn.registry import register_metanet
 
 
@@ -84,6 +84,7 @@ class NeuronAttentionLayer(MetanetLayer):
             incoming = scatter(edge_attr, dst, 0, x.shape[0], "mean")
             outgoing = scatter(edge_attr, src, 0, x.shape[0], "mean")
         else:  # means over the source / target axis of each block; inputs have no incoming edges, outputs no outgoing
+            check_dense_rows(self, x, edge_attr, widths)
             edges = edge_blocks(edge_attr, widths)
             first, last = (x.new_zeros(edges[0].shape[0], widths[k], x.shape[1]) for k in (0, -1))
             incoming = block_rows([first] + [block.sum(2) / block.shape[2] for block in edges])

@@ -8,8 +8,8 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.utils import scatter, softmax
 
-from neuralgraph.nn.base import (EdgeUpdate, FeedForward, FiLM, Metanet, MetanetLayer, ResidualNorm, check_heads,
-                                 edge_blocks, node_blocks)
+from neuralgraph.nn.base import (EdgeUpdate, FeedForward, FiLM, Metanet, MetanetLayer, ResidualNorm, check_dense_rows,
+                                 check_heads, edge_blocks, node_blocks)
 from neuralgraph.nn.registry import register_metanet
 
 
@@ -105,12 +105,9 @@ class RelationalAttentionLayer(MetanetLayer):
         return scatter(weighted, dst, 0, num_nodes, "sum")
 
     def dense_attention(self, nodes: tuple[Tensor, ...], edge_attr: Tensor, widths: Sequence[int]) -> Tensor:
-        num_edges = sum(d_in * d_out for d_in, d_out in zip(widths, widths[1:])) * nodes[0].shape[0] // sum(widths)
-        if edge_attr.shape[0] != 2 * num_edges:
-            raise ValueError(f"RelationalAttentionLayer: widths={widths} describe {num_edges} edges, but edge_attr "
-                             f"has {edge_attr.shape[0]} rows, not {2 * num_edges} (every edge and its opposite)")
+        check_dense_rows(self, nodes[0], edge_attr, widths, directions=2)
         query, key, value = (node_blocks(term, widths) for term in nodes)
-        forward, backward = (edge_blocks(half, widths) for half in edge_attr.view(2, num_edges, -1).unbind())
+        forward, backward = (edge_blocks(half, widths) for half in edge_attr.chunk(2))
         # block l: forward edges j -> i (target i in layer l + 1, axis 1), reverse edges i -> j (target j, axis 2)
         forward = [self.messages(query[l + 1][:, :, None], key[l][:, None], value[l][:, None], block)
                    for l, block in enumerate(forward)]
