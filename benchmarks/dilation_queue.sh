@@ -11,11 +11,15 @@ if [ -z "$NEURALGRAPH_MNIST" ] && [ -d ../shared/data/mnist ]; then
 fi
 dilation() {
     for attempt in 1 2 3; do
-        .venv/bin/python benchmarks/dilation.py --protocol "$1" && return 0
+        .venv/bin/python benchmarks/dilation.py --protocol "$@" && return 0
         sleep 60
     done
     return 1
 }
+# the OCE curve (GMN and DWS, k = 1, 2, 4, 8, three seeds), then the ablation's decoder variants,
+# then the rest of the cpu plan (the architecture table, the k = 1 editors of the ensembles)
+dilation cpu --archs gmn dws --k 1 2 4 8 --seeds 0 1 2 || exit 1
+dilation cpu --archs gmn_coupled gmn_tied --k 8 --seeds 0 1 2 || exit 1
 dilation cpu || exit 1
 .venv/bin/python benchmarks/oce_ablation.py && .venv/bin/python benchmarks/oce_cost.py --report-only
 dilation cpu-large
