@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.data import Batch
 from torch_geometric.nn import MessagePassing
 
 from neuralgraph.data.inr_dataset import InrDataset
-from neuralgraph.graph import mlp_to_graph
+from neuralgraph.graph import mlp_to_graph, module_to_graph
 from neuralgraph.nn import build_metanet
 from neuralgraph.nn.encoder import graph_context, uniform_widths
 
@@ -146,6 +147,21 @@ def test_message_passing_equals_the_baseline_commit(name):
             torch.testing.assert_close(a, b, rtol=0, atol=TOLERANCE)
 
 
+@pytest.mark.parametrize("name", MESSAGE_PASSING)
+def test_conv_graphs_of_one_layout_are_dense_blocks_too(name):
+    """3x3 kernels as 9 features per edge: the blocks hold feature vectors, and both paths agree."""
+    torch.manual_seed(2)
+    cnn = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                        nn.Flatten(), nn.Linear(4, 10)).double()
+    graph = Batch.from_data_list([module_to_graph(cnn)] * 2)
+    assert graph_context(graph).widths == (1, 4, 4, 10)
+    torch.manual_seed(0)
+    metanet = build_metanet(name, hidden_dim=6, num_layers=2, edge_features=9).double()
+    for a, b in zip(features_and_gradients(metanet, graph, True), features_and_gradients(metanet, graph, False),
+                    strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=TOLERANCE)
+
+
 def test_mixed_layouts_take_the_general_path():
     mixed = Batch.from_data_list([random_graph((2, 3, 1), 1, 0), random_graph((2, 4, 1), 1, 1)])
     assert graph_context(mixed, with_layer_index=True).layers.widths is None
@@ -177,6 +193,8 @@ def test_reordered_edges_are_not_dense():
     flipped = graph.edge_index.flip(1)
     assert uniform_widths(graph.node_layer, graph.node_index, graph.edge_index, graph.edge_layer, graph.batch, 2) == (2, 3, 1)
     assert uniform_widths(graph.node_layer, graph.node_index, flipped, graph.edge_layer.flip(0), graph.batch, 2) is None
+    no_edges = torch.empty(2, 0, dtype=torch.long)
+    assert uniform_widths(graph.node_layer, graph.node_index, no_edges, no_edges[0], graph.batch, 2) is None
 
 
 def test_too_many_inputs_named_on_the_dense_path():

@@ -87,10 +87,10 @@ def uniform_widths(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, e
     :func:`~neuralgraph.graph.mlp_to_graph` and the dataset's batches lay them out. Edge layer
     ``l`` of the batch is then a ``[B, d_{l+1}, d_l]`` block of consecutive rows, so layers can
     read it as a dense tensor without copying. ``None`` for any other batch (mixed layouts,
-    relabelled nodes or edges). One comparison per node and edge, once per batch.
+    relabelled nodes or edges, graphs without edges). One comparison per node and edge, once per batch.
     """
     N, E = node_layer.numel(), edge_layer.numel()
-    if num_graphs < 1 or N == 0 or N % num_graphs or E % num_graphs:
+    if num_graphs < 1 or N == 0 or E == 0 or N % num_graphs or E % num_graphs:
         return None
     n, e = N // num_graphs, E // num_graphs
     widths = torch.bincount(node_layer[:n])

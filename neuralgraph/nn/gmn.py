@@ -77,7 +77,7 @@ class GMNLayer(MessagePassing, MetanetLayer):
     def dense_means(self, x: Tensor, edge_attr: Tensor, widths: Sequence[int]) -> tuple[Tensor, Tensor]:
         """``f`` and ``b`` of every node from the ``[B, d_{l+1}, d_l, d]`` edge blocks: means over an axis.
 
-        Sums divided afterwards, so the backward pass divides ``[B, d, d]`` means, not every edge.
+        Sums divided afterwards, so the backward pass divides ``[B, d_k, d]`` means, not every edge.
         Input neurons have no ``f`` and output neurons no ``b`` (zero, as the mean over no edges).
         """
         forward_edges = edge_blocks(self.forward_edge(edge_attr), widths)

@@ -117,10 +117,11 @@ class NGGNNLayer(MessagePassing, MetanetLayer):
         for l, (forward, reverse) in enumerate(messages):
             incoming[l + 1].append((forward, 2))
             incoming[l].append((reverse, 1))
-        return block_rows([self.scaled_aggregators(messages) for messages in incoming])
+        return block_rows([self.scaled_aggregators(parts) for parts in incoming])
 
     def scaled_aggregators(self, messages: list[tuple[Tensor, int]]) -> Tensor:
-        """``[B, d_k, 12 d]``: the aggregators of one node layer's incoming blocks, times each degree scaler."""
+        """``[B, d_k, 12 d]``: the 4 aggregators of one node layer's incoming blocks, times each of the 3 degree
+        scalers (``messages``: ``(block, axis of the block's sources)`` pairs)."""
         count = sum(block.shape[axis] for block, axis in messages)
         mean = sum(block.sum(axis) for block, axis in messages) / count
         variance = sum(block.square().sum(axis) for block, axis in messages) / count - mean * mean
