@@ -147,7 +147,7 @@ def test_message_passing_equals_the_baseline_commit(name):
             torch.testing.assert_close(a, b, rtol=0, atol=TOLERANCE)
 
 
-@pytest.mark.parametrize("name", MESSAGE_PASSING)
+@pytest.mark.parametrize("name", MESSAGE_PASSING + ATTENTION)
 def test_conv_graphs_of_one_layout_are_dense_blocks_too(name):
     """3x3 kernels as 9 features per edge: the blocks hold feature vectors, and both paths agree."""
     torch.manual_seed(2)
@@ -156,7 +156,8 @@ def test_conv_graphs_of_one_layout_are_dense_blocks_too(name):
     graph = Batch.from_data_list([module_to_graph(cnn)] * 2)
     assert graph_context(graph).widths == (1, 4, 4, 10)
     torch.manual_seed(0)
-    metanet = build_metanet(name, hidden_dim=6, num_layers=2, edge_features=9).double()
+    heads = {"num_heads": 2} if name in ATTENTION else {}
+    metanet = build_metanet(name, hidden_dim=6, num_layers=2, edge_features=9, **heads).double()
     for a, b in zip(features_and_gradients(metanet, graph, True), features_and_gradients(metanet, graph, False),
                     strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=TOLERANCE)
