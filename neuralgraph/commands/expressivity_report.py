@@ -17,10 +17,13 @@ All ``k n^2`` Jacobian entries of a draw come from one batch of ``n`` zero netwo
 ``a`` differentiated along ``e_a`` (the metanets treat the graphs of a batch independently):
 one forward pass and two backward passes (the Jacobian-vector product as the derivative of a
 vector-Jacobian product, which autograd runs natively where forward-mode autodiff would take
-decomposed Python kernels). The commutant dimension is the orbit count; the linear-algebra
+decomposed Python kernels). ``--draws-per-batch`` draws go through these passes together, one
+``torch.func.vmap`` over their stacked parameters, which pays the per-operation overhead of the
+small graphs once for all of them; the span still takes the draws one by one, so where it stops
+does not depend on the batch. The commutant dimension is the orbit count; the linear-algebra
 cross-check (:func:`~neuralgraph.theory.equivariant_space.commutant_dimension`, ``O(n^4)``
 memory) runs up to ``--check-up-to`` weight-space coordinates and the report says whether it ran.
-Progress goes to stderr (one bar per architecture, over draws).
+Progress goes to stderr (one bar per architecture, over dimensions).
 
 One measure serves every architecture: message-passing models (gmn, ng_gnn, ng_t, nft) have
 no linear layer to read off, and for the linear-layer models (dws, nfn_hnp, nfn_np) the
