@@ -1,4 +1,4 @@
-"""INR fitting speed: the batched fitter (compiled kernel and pure-torch path) against one nn.Module + torch.optim.Adam per image.
+"""INR fitting speed: fit_inrs (compiled kernel, pure-torch path) against one nn.Module + Adam per image.
 
 For each thread count, times the three in one process, interleaved over ``--repeats`` rounds,
 and prints medians: microseconds per INR-step, the ratios to the per-network loop, and the
@@ -78,8 +78,8 @@ def measure(images: torch.Tensor, args, threads: int) -> dict:
 
 
 def table(rows: list[dict], args) -> str:
-    lines = [f"batched: {args.inrs} INRs x {args.steps} Adam steps, pool {args.pool_size}; loop: {args.loop_inrs} INRs; "
-             f"medians of {args.repeats} interleaved rounds (min-max)", "",
+    lines = [f"batched: {args.inrs} INRs x {args.steps} Adam steps, pool {args.pool_size}; "
+             f"loop: {args.loop_inrs} INRs; medians of {args.repeats} interleaved rounds (min-max)", "",
              "| threads | load avg | method | us/INR-step | vs loop | of sgemm |", "|---|---|---|---|---|---|"]
     names = {"cpp": "fit_inrs, compiled kernel", "torch": "fit_inrs, pure-torch path",
              "loop": "nn.Module + Adam per image"}

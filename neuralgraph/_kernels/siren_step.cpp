@@ -284,6 +284,5 @@ void siren_loss_and_gradient(int n, int height, int width, int d1, int d2, const
         for (int i = 0; i < n; ++i)
             one_inr(pr, sp, flat + i * params, targets + (long)i * pr.pixels, mse + i, grad + i * params);
     }
-
 }
 }
