@@ -15,6 +15,8 @@
   (:func:`pinned_neuralgraph`) with the same parameters, outputs checked equal: new code as
   selected automatically (dense blocks on this one-layout batch), new code forced onto the
   general path (``encoder.dense = False``), and the old code (``--only-baseline``: this alone);
+  with ``--compile``, also the new code with each layer compiled by ``torch.compile`` in place (as
+  the tasks' ``compile`` option does), its compilation time (the first fwd+bwd step) reported apart;
 * parameter counts at the configurations of the papers (GMN d=128, 10 layers; DWS hidden 32,
   4 layers, when registered).
 
@@ -99,8 +101,10 @@ def pinned_neuralgraph(commit: str = BASELINE_COMMIT) -> ModuleType:
     return importlib.import_module(f"{alias}.nn")
 
 
-def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync) -> tuple[dict, dict]:
-    """Fwd+bwd steps of ``name`` now (path chosen automatically, and forced general) and at the pinned
+def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync,
+                   compiled: bool = False) -> tuple[dict, dict]:
+    """Fwd+bwd steps of ``name`` now (path chosen automatically, forced general, and with ``compiled``
+    the automatic path with its layers compiled, lazily: the first step compiles) and at the pinned
     commit, same parameters; and the max |output difference| of each new path from the old code."""
     current = build_metanet(name, **cfg).to(graph.x.device)
     general = build_metanet(name, **cfg).to(graph.x.device)
@@ -114,34 +118,51 @@ def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync) -> tup
         raise ValueError(f"{name}: parameters differ from the baseline's (missing {missing.missing_keys}, "
                          f"unexpected {missing.unexpected_keys}); checkpoints would not load either")
     models = {"new": current, "general": general, "old": old}
+    if compiled:
+        models["compiled"] = build_metanet(name, **cfg).to(graph.x.device)
+        models["compiled"].load_state_dict(current.state_dict())
+        for layer in models["compiled"].layers:
+            layer.compile()
     with torch.no_grad():
         reference = old(graph)
         differences = {path: max((a - b).abs().max().item() for a, b in zip(models[path](graph), reference))
-                       for path in ("new", "general")}
+                       for path in models if path != "old"}
     return {path: backward_step(lambda model=model: model(graph), sync) for path, model in models.items()}, differences
 
 
 def baseline_comparison(graph, args, sync) -> dict:
     """Throughput of :data:`BASELINE_METANETS` now against ``args.baseline``, interleaved in one run."""
     pinned = pinned_neuralgraph(args.baseline)
-    steps, differences, widths = {}, {}, {}
+    steps, differences, widths, compile_seconds = {}, {}, {}, {}
     for name in args.baseline_metanets:
         widths[name] = args.baseline_width or config_width(name)
         cfg = {"hidden_dim": widths[name], "num_layers": args.num_layers, "max_layers": len(LAYOUT) - 1}
-        paths, differences[name] = baseline_steps(name, graph, cfg, pinned, sync)
+        paths, differences[name] = baseline_steps(name, graph, cfg, pinned, sync, args.compile)
+        if args.compile:  # the first training step compiles forward and backward
+            start = time.perf_counter()
+            paths["compiled"]()
+            compile_seconds[name] = time.perf_counter() - start
         steps.update({(name, path): step for path, step in paths.items()})
     rates = interleaved_rates(steps, args.batch, args.repeats)
     print(f"\nmessage-passing metanets now vs git {args.baseline}, {args.num_layers} layers, fwd+bwd, batch "
           f"{args.batch}, median of {args.repeats} interleaved repetitions (graphs/s); max |output - old output|")
+    compiled_header = f"{'compiled':>9}{'comp/old':>9}{'comp/new':>9}{'comp diff':>10}{'compile s':>10}" if args.compile else ""
     print(f"{'metanet':<9}{'d':>5}{'new':>9}{'general':>9}{'old':>9}{'new/old':>9}{'gen/old':>9}{'new diff':>10}"
-          f"{'gen diff':>10}")
+          f"{'gen diff':>10}{compiled_header}")
     table = {}
     for name in args.baseline_metanets:
         new, general, old = (rates[(name, path)] for path in ("new", "general", "old"))
         table[name] = {"hidden_dim": widths[name], "new": new, "general": general, "old": old,
                        "difference": differences[name]["new"], "general_difference": differences[name]["general"]}
-        print(f"{name:<9}{widths[name]:>5}{new:>9.1f}{general:>9.1f}{old:>9.1f}{new / old:>8.2f}x"
-              f"{general / old:>8.2f}x{differences[name]['new']:>10.1e}{differences[name]['general']:>10.1e}")
+        row = (f"{name:<9}{widths[name]:>5}{new:>9.1f}{general:>9.1f}{old:>9.1f}{new / old:>8.2f}x"
+               f"{general / old:>8.2f}x{differences[name]['new']:>10.1e}{differences[name]['general']:>10.1e}")
+        if args.compile:
+            compiled = rates[(name, "compiled")]
+            table[name].update(compiled=compiled, compiled_difference=differences[name]["compiled"],
+                               compile_s=compile_seconds[name])
+            row += (f"{compiled:>9.1f}{compiled / old:>8.2f}x{compiled / new:>8.2f}x"
+                    f"{differences[name]['compiled']:>10.1e}{compile_seconds[name]:>10.1f}")
+        print(row)
     return table
 
 
@@ -305,6 +326,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--baseline-width", type=int,
                         help="hidden_dim of that comparison (default: each architecture's configs/dilation width)")
     parser.add_argument("--only-baseline", action="store_true", help="run the comparison with --baseline only")
+    parser.add_argument("--compile", action="store_true",
+                        help="add to the comparison with --baseline the new code with its layers torch.compile'd")
     parser.add_argument("--profile", action="store_true",
                         help="with --only-baseline: also print where one step's time goes, new vs --baseline")
     args = parser.parse_args(argv)

@@ -52,10 +52,12 @@ def main(argv=None) -> int:
     parser.add_argument("--metanets", nargs="+", default=list(metanet_speed.BASELINE_METANETS),
                         help="with --only-baseline: the metanets compared")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compile", action="store_true",
+                        help="with --only-baseline: also the layers compiled by torch.compile (metanet_speed.py --compile)")
     args = parser.parse_args(argv)
     if args.only_baseline:
         meta = metanet_speed.main(["--only-baseline", "--repeats", str(args.repeats), "--baseline-metanets",
-                                   *args.metanets])
+                                   *args.metanets, *(["--compile"] if args.compile else [])])
         return write_rows(baseline_rows(meta), args.out, meta["threads"], replace=True)
     quick = args.quick
     graph = graph_build.main(["--networks", "2000" if quick else "10000", "--repeats", "2" if quick else "3"])
@@ -87,13 +89,15 @@ def main(argv=None) -> int:
 
 def baseline_rows(meta: dict) -> list[tuple]:
     """Rows of metanet_speed.py's comparison with the pinned commit: the path chosen automatically, then the
-    general path, each against the old code."""
+    general path (and the compiled layers, when timed), each against the old code."""
     commit, rows = metanet_speed.BASELINE_COMMIT, []
     for name, row in meta["baseline"].items():
         label = f"{name} d={row['hidden_dim']} fwd+bwd, batch 32"
-        for path, ours in (("new", "automatic (dense blocks)"), ("general", "general path")):
-            rows.append((label, ours, f"{row[path]:.1f} graphs/s", f"git {commit}", f"{row['old']:.1f} graphs/s",
-                         row[path] / row["old"]))
+        for path, ours in (("new", "automatic (dense blocks)"), ("general", "general path"),
+                           ("compiled", "compiled layers (torch.compile)")):
+            if path in row:
+                rows.append((label, ours, f"{row[path]:.1f} graphs/s", f"git {commit}", f"{row['old']:.1f} graphs/s",
+                             row[path] / row["old"]))
     return rows
 
 

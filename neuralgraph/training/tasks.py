@@ -42,7 +42,7 @@ from neuralgraph.training.callbacks import EditingGrid, InputStatistics
 STAGES = ("train", "val", "test")
 # Constructor arguments that change how a model is trained, not what it is or computes: the only
 # ones in which a configuration may differ from the checkpoint it evaluates or resumes.
-OPTIMIZATION_ARGUMENTS = frozenset({"lr", "weight_decay", "lr_factor", "lr_patience", "min_lr"})
+OPTIMIZATION_ARGUMENTS = frozenset({"lr", "weight_decay", "lr_factor", "lr_patience", "min_lr", "compile"})
 
 
 def check_checkpoint(checkpoint: Any, task: Optional[str], hparams: Mapping[str, Any], source: str) -> None:
@@ -76,6 +76,10 @@ class MetanetTask(L.LightningModule):
         normalize_inputs: before fitting, standardise the encoder's inputs layer by layer with
             statistics of (up to 10,000) training INRs; stored with the model's buffers
             (:class:`~neuralgraph.training.callbacks.InputStatistics`).
+        compile: compile each message-passing layer with ``torch.compile`` (inductor), in place, so
+            state-dict keys and checkpoints are unchanged; fuses the element-wise passes over edge
+            rows. The first steps pay the compilation (20-50 s per architecture on CPU) and a
+            batch of a new size recompiles once (docs/training.md says when it pays).
     """
 
     def __init__(
@@ -88,10 +92,14 @@ class MetanetTask(L.LightningModule):
         lr_patience: int = 5,
         min_lr: float = 1e-4,
         normalize_inputs: bool = True,
+        compile: bool = False,
     ):
         super().__init__()
         self.save_hyperparameters()  # collects the arguments of subclass constructors too
         self.metanet = build_metanet(metanet, **self.metanet_config_resolved())
+        if compile:
+            for layer in self.metanet.layers:
+                layer.compile()
 
     def metanet_config_resolved(self) -> dict[str, Any]:
         """The metanetwork's constructor arguments (subclasses may adjust, e.g. budget matching)."""
