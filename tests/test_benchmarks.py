@@ -1,5 +1,6 @@
 """The benchmark harness: end to end on its smoke protocol (every row of the paper's table at k = 1; OCE
 k > 1 trains in tests/test_training.py), and the runner's bookkeeping on stand-in fits."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -193,7 +194,10 @@ def test_oce_curve_joins_quality_and_cost_in_one_table_and_plot(tmp_path):
     assert "| gmn | 2 | not run yet |  | 1.69 | 0.86 | 1,002 |" in table
     assert "| gmn | 8 | 2.000 (1) | 0.48 | 1.06 | 0.54 | 1,008 |" in table
     assert "| dws | 8 | not run yet |  | 1.36 | 0.59 |  |" in table and "nft" not in table and "load average 1.5" in table
-    assert (tmp_path / "oce_curve_m.png").read_bytes().startswith(b"\x89PNG")
+    if importlib.util.find_spec("matplotlib") is not None:  # the bench extra; the table needs none
+        assert (tmp_path / "oce_curve_m.png").read_bytes().startswith(b"\x89PNG")
+    else:
+        assert not (tmp_path / "oce_curve_m.png").exists()
 
     (tmp_path / "oce_cost_m.json").unlink()  # before the costs are measured: quality alone, said so
     oce_curve.write_report(tmp_path, "m")
