@@ -573,3 +573,22 @@ def test_metanets_that_assume_consecutive_layers_refuse_skip_edges(name, options
 
     with pytest.raises(ValueError, match="skip_edges=True with per-layer tables"):
         build_metanet(name, hidden_dim=8, num_layers=1, skip_edges=True, **options)
+
+
+def test_batch_graphs_gives_plain_graphs_weight_edge_kinds_and_refuses_mixed_activation_fields():
+    from neuralgraph.graph import batch_graphs, mlp_to_graph
+
+    torch.manual_seed(0)
+    residual = module_to_graph(Residual())
+    plain = module_to_graph(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 1)))
+    assert getattr(plain, "edge_kind", None) is None
+    batch = batch_graphs([plain, residual, plain])
+    assert getattr(plain, "edge_kind", None) is None  # the caller's graph is left as it was
+    assert torch.equal(batch.get_example(0).edge_kind, torch.full((plain.num_edges,), WEIGHT_EDGE))
+    assert torch.equal(batch.get_example(1).edge_kind, residual.edge_kind)
+    assert [g.num_edges for g in batch.to_data_list()] == [plain.num_edges, residual.num_edges, plain.num_edges]
+    weights, biases = [torch.randn(3, 2), torch.randn(1, 3)], [torch.randn(3), torch.randn(1)]
+    with pytest.raises(GraphConversionError, match="graph 1 has no activation field while graph 0 has one"):
+        batch_graphs([plain, mlp_to_graph(weights, biases)])
+    with pytest.raises(GraphConversionError, match="no graphs"):
+        batch_graphs([])

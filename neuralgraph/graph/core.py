@@ -364,6 +364,33 @@ def graph_layouts(graph: Graph) -> list[Layout]:
     return [tuple(layout)]
 
 
+def _with_weight_edge_kind(graph: Data) -> Data:
+    """A shallow copy of a plain network's graph with its ``edge_kind`` field: every edge a weight."""
+    plain = copy.copy(graph)
+    plain.edge_kind = torch.full((graph.num_edges,), WEIGHT_EDGE, dtype=torch.long, device=graph.edge_index.device)
+    return plain
+
+
+def batch_graphs(graphs: Sequence[Data]) -> Batch:
+    """``Batch.from_data_list`` for graphs of residual and plain networks together.
+
+    A plain network's graph has no ``edge_kind`` field (all its edges are weights), so it gets
+    the exact all-:data:`WEIGHT_EDGE` field when another graph of the list carries one. The
+    ``activation`` field cannot be inferred: graphs with and without it are refused, naming the
+    first graph without it.
+    """
+    graphs = list(graphs)
+    if not graphs:
+        raise GraphConversionError("batch_graphs: no graphs to batch")
+    if any(getattr(g, "edge_kind", None) is not None for g in graphs):
+        graphs = [g if getattr(g, "edge_kind", None) is not None else _with_weight_edge_kind(g) for g in graphs]
+    with_activation = [getattr(g, "activation", None) is not None for g in graphs]
+    if any(with_activation) and not all(with_activation):
+        raise GraphConversionError(f"graph {with_activation.index(False)} has no activation field while graph "
+                                   f"{with_activation.index(True)} has one: record activations for all or none")
+    return Batch.from_data_list(graphs)
+
+
 def common_layout(graph: Graph) -> Layout:
     """The single layout shared by every graph in ``graph``; error on a mixed batch."""
     layouts = graph_layouts(graph)
