@@ -26,7 +26,8 @@ Protocols (see docs/benchmarks.md for why they are sized as they are):
   parameter count is nearest GMN's (hidden 64), within 5%, at k = 1 and k = 8 (budget-matched
   to the system's own k = 1), one seed; then GMN and DWS at k = 1, 2, 4, 8 with three seeds;
   then GMN k = 1 seeds 3-23 (the ensembles of ``benchmarks/oce_ablation.py``); then the ablation's
-  decoder variants (:data:`CPU_DECODER_VARIANTS`) at k = 8, three seeds.
+  decoder variants (:data:`CPU_DECODER_VARIANTS`) at k = 8, three seeds; then GMN trained under
+  bfloat16 autocast (:data:`CPU_PRECISION_VARIANTS`) at k = 1 and 8, one seed.
   All runs share ``configs/dilation/gmn_k<k>.yaml`` (task, optimiser, batch) but the metanetwork.
 * ``cpu-large``: the ``cpu`` settings on 5,000/1,000/1,000 INRs for 30 epochs, GMN and DWS.
 * ``smoke``: every paper row at k=1 and k=2, tiny data and widths, one epoch: plumbing only.
@@ -69,6 +70,8 @@ CPU_SYSTEMS = {
 # The OCE ablation's decoder variants (benchmarks/oce_ablation.py): name -> (cpu system, WeightDecoder members).
 # At k = 8 each is budget-matched like the system's own k = 8, counting its decoder's parameters.
 CPU_DECODER_VARIANTS = {"gmn_coupled": ("gmn", "coupled"), "gmn_tied": ("gmn", "tied")}
+# Trained in another precision (Lightning's ``--trainer.precision``): name -> (cpu system, precision).
+CPU_PRECISION_VARIANTS = {"gmn_bf16": ("gmn", "bf16-mixed")}
 CPU_DEPTH = {"num_layers": 3, "dropout": 0.0}
 CPU_REFERENCE = ("gmn", {"hidden_dim": 64, **CPU_DEPTH})  # the k = 1 budget every cpu system is matched to
 BUDGET_TOLERANCE = 0.05
@@ -84,7 +87,8 @@ PROTOCOLS = {
         # the architecture table, the OCE curve over k with three seeds, then the k = 1 editors that
         # benchmarks/oce_ablation.py averages in three ensembles of eight, then its decoder variants
         "plan": ((tuple(CPU_SYSTEMS), (1, 8), (0,)), (("gmn", "dws"), (1, 2, 4, 8), (0, 1, 2)),
-                 (("gmn",), (1,), tuple(range(24))), (tuple(CPU_DECODER_VARIANTS), (8,), (0, 1, 2))),
+                 (("gmn",), (1,), tuple(range(24))), (tuple(CPU_DECODER_VARIANTS), (8,), (0, 1, 2)),
+                 (tuple(CPU_PRECISION_VARIANTS), (1, 8), (0,))),
         "systems": "cpu",
         "data": CPU_DATA, "trainer": {"max_epochs": 12},
     },
@@ -147,14 +151,18 @@ def matched_width(name: str, metanet: str, options: dict, target: int, tolerance
 
 def run_settings(protocol: dict, arch: str, k: int) -> dict:
     """What determines a run but its seed: config file, metanet, its config at k = 1, data, trainer
-    (and ``decoder_members`` for the decoder variants)."""
+    (and ``decoder_members`` for the decoder variants, the trainer's ``precision`` for the precision ones)."""
     if protocol.get("systems") == "cpu" and arch in CPU_DECODER_VARIANTS:
         system, members = CPU_DECODER_VARIANTS[arch]
         return {**run_settings(protocol, system, k), "decoder_members": members}
+    if protocol.get("systems") == "cpu" and arch in CPU_PRECISION_VARIANTS:
+        system, precision = CPU_PRECISION_VARIANTS[arch]
+        settings = run_settings(protocol, system, k)
+        return {**settings, "trainer": {**settings["trainer"], "precision": precision}}
     if protocol.get("systems") == "cpu":
         if arch not in CPU_SYSTEMS:
             raise ValueError(f"{arch}: not a system of the cpu protocols; known: "
-                             f"{sorted(CPU_SYSTEMS) + sorted(CPU_DECODER_VARIANTS)}")
+                             f"{sorted(CPU_SYSTEMS) + sorted(CPU_DECODER_VARIANTS) + sorted(CPU_PRECISION_VARIANTS)}")
         from neuralgraph.nn.budget import model_parameters
 
         metanet, options = CPU_SYSTEMS[arch]
@@ -294,7 +302,7 @@ def summarize(runs: list[dict], protocol_name: str, machine: str, missing: list[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="smoke")
-    parser.add_argument("--archs", nargs="+", choices=sorted({*CPU_SYSTEMS, *CPU_DECODER_VARIANTS, *PAPER_ROWS}),
+    parser.add_argument("--archs", nargs="+", choices=sorted({*CPU_SYSTEMS, *CPU_DECODER_VARIANTS, *CPU_PRECISION_VARIANTS, *PAPER_ROWS}),
                         help="systems (cpu protocols) or paper rows (full, smoke)")
     parser.add_argument("--k", nargs="+", type=int)
     parser.add_argument("--seeds", nargs="+", type=int)

@@ -17,6 +17,9 @@
   general path (``encoder.dense = False``), and the old code (``--only-baseline``: this alone);
   with ``--compile``, also the new code with each layer compiled by ``torch.compile`` in place (as
   the tasks' ``compile`` option does), its compilation time (the first fwd+bwd step) reported apart;
+  with ``--bf16``, also the new code (and, with ``--compile``, the compiled layers) under bfloat16
+  autocast, as ``--trainer.precision bf16-mixed`` trains (fast where the CPU multiplies bfloat16
+  natively, e.g. AMX; not equal to float32, its output difference is printed);
 * parameter counts at the configurations of the papers (GMN d=128, 10 layers; DWS hidden 32,
   4 layers, when registered).
 
@@ -101,11 +104,17 @@ def pinned_neuralgraph(commit: str = BASELINE_COMMIT) -> ModuleType:
     return importlib.import_module(f"{alias}.nn")
 
 
+def bf16_autocast(device: torch.device):
+    """What Lightning's ``precision="bf16-mixed"`` wraps a step in."""
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
 def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync,
-                   compiled: bool = False) -> tuple[dict, dict]:
-    """Fwd+bwd steps of ``name`` now (path chosen automatically, forced general, and with ``compiled``
-    the automatic path with its layers compiled, lazily: the first step compiles) and at the pinned
-    commit, same parameters; and the max |output difference| of each new path from the old code."""
+                   compiled: bool = False, bf16: bool = False) -> tuple[dict, dict]:
+    """Fwd+bwd steps of ``name`` now (path chosen automatically, forced general, with ``compiled``
+    the automatic path with its layers compiled, lazily: the first step compiles, with ``bf16`` the
+    automatic path (and the compiled one) under bfloat16 autocast) and at the pinned commit, same
+    parameters; and the max |output difference| of each new path from the old code."""
     current = build_metanet(name, **cfg).to(graph.x.device)
     general = build_metanet(name, **cfg).to(graph.x.device)
     general.load_state_dict(current.state_dict())
@@ -123,11 +132,20 @@ def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync,
         models["compiled"].load_state_dict(current.state_dict())
         for layer in models["compiled"].layers:
             layer.compile()
+    forwards = {path: (lambda model=model: model(graph)) for path, model in models.items()}
+    if bf16:
+        for path in [path for path in ("new", "compiled") if path in models]:
+            forwards[f"{path}_bf16"] = lambda model=models[path]: bf16_forward(model, graph)
     with torch.no_grad():
         reference = old(graph)
-        differences = {path: max((a - b).abs().max().item() for a, b in zip(models[path](graph), reference))
-                       for path in models if path != "old"}
-    return {path: backward_step(lambda model=model: model(graph), sync) for path, model in models.items()}, differences
+        differences = {path: max((a - b).abs().max().item() for a, b in zip(forward(), reference))
+                       for path, forward in forwards.items() if path != "old"}
+    return {path: backward_step(forward, sync) for path, forward in forwards.items()}, differences
+
+
+def bf16_forward(model: nn.Module, graph) -> tuple[Tensor, ...]:
+    with bf16_autocast(graph.x.device):
+        return model(graph)
 
 
 def baseline_comparison(graph, args, sync) -> dict:
@@ -137,18 +155,23 @@ def baseline_comparison(graph, args, sync) -> dict:
     for name in args.baseline_metanets:
         widths[name] = args.baseline_width or config_width(name)
         cfg = {"hidden_dim": widths[name], "num_layers": args.num_layers, "max_layers": len(LAYOUT) - 1}
-        paths, differences[name] = baseline_steps(name, graph, cfg, pinned, sync, args.compile)
-        if args.compile:  # the first training step compiles forward and backward
+        paths, differences[name] = baseline_steps(name, graph, cfg, pinned, sync, args.compile, args.bf16)
+        if args.compile:  # the first training step compiles forward and backward (again under autocast)
             start = time.perf_counter()
             paths["compiled"]()
             compile_seconds[name] = time.perf_counter() - start
+            if args.bf16:
+                paths["compiled_bf16"]()
         steps.update({(name, path): step for path, step in paths.items()})
     rates = interleaved_rates(steps, args.batch, args.repeats)
     print(f"\nmessage-passing metanets now vs git {args.baseline}, {args.num_layers} layers, fwd+bwd, batch "
           f"{args.batch}, median of {args.repeats} interleaved repetitions (graphs/s); max |output - old output|")
     compiled_header = f"{'compiled':>9}{'comp/old':>9}{'comp/new':>9}{'comp diff':>10}{'compile s':>10}" if args.compile else ""
+    bf16_header = f"{'bf16':>9}{'bf16/old':>9}{'bf16/new':>9}{'bf16 diff':>10}" if args.bf16 else ""
+    if args.bf16 and args.compile:
+        bf16_header += f"{'comp+bf16':>10}{'c+b/old':>9}"
     print(f"{'metanet':<9}{'d':>5}{'new':>9}{'general':>9}{'old':>9}{'new/old':>9}{'gen/old':>9}{'new diff':>10}"
-          f"{'gen diff':>10}{compiled_header}")
+          f"{'gen diff':>10}{compiled_header}{bf16_header}")
     table = {}
     for name in args.baseline_metanets:
         new, general, old = (rates[(name, path)] for path in ("new", "general", "old"))
@@ -162,6 +185,14 @@ def baseline_comparison(graph, args, sync) -> dict:
                                compile_s=compile_seconds[name])
             row += (f"{compiled:>9.1f}{compiled / old:>8.2f}x{compiled / new:>8.2f}x"
                     f"{differences[name]['compiled']:>10.1e}{compile_seconds[name]:>10.1f}")
+        if args.bf16:
+            bf16 = rates[(name, "new_bf16")]
+            table[name].update(bf16=bf16, bf16_difference=differences[name]["new_bf16"])
+            row += f"{bf16:>9.1f}{bf16 / old:>8.2f}x{bf16 / new:>8.2f}x{differences[name]['new_bf16']:>10.1e}"
+            if args.compile:
+                both = rates[(name, "compiled_bf16")]
+                table[name].update(compiled_bf16=both, compiled_bf16_difference=differences[name]["compiled_bf16"])
+                row += f"{both:>10.1f}{both / old:>8.2f}x"
         print(row)
     return table
 
@@ -328,6 +359,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--only-baseline", action="store_true", help="run the comparison with --baseline only")
     parser.add_argument("--compile", action="store_true",
                         help="add to the comparison with --baseline the new code with its layers torch.compile'd")
+    parser.add_argument("--bf16", action="store_true",
+                        help="add to the comparison with --baseline the new code under bfloat16 autocast "
+                             "(--trainer.precision bf16-mixed; not equal to float32, its difference is printed)")
     parser.add_argument("--profile", action="store_true",
                         help="with --only-baseline: also print where one step's time goes, new vs --baseline")
     args = parser.parse_args(argv)

@@ -54,10 +54,13 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--compile", action="store_true",
                         help="with --only-baseline: also the layers compiled by torch.compile (metanet_speed.py --compile)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="with --only-baseline: also under bfloat16 autocast (metanet_speed.py --bf16)")
     args = parser.parse_args(argv)
     if args.only_baseline:
         meta = metanet_speed.main(["--only-baseline", "--repeats", str(args.repeats), "--baseline-metanets",
-                                   *args.metanets, *(["--compile"] if args.compile else [])])
+                                   *args.metanets, *(["--compile"] if args.compile else []),
+                                   *(["--bf16"] if args.bf16 else [])])
         return write_rows(baseline_rows(meta), args.out, meta["threads"], replace=True)
     quick = args.quick
     graph = graph_build.main(["--networks", "2000" if quick else "10000", "--repeats", "2" if quick else "3"])
@@ -89,12 +92,14 @@ def main(argv=None) -> int:
 
 def baseline_rows(meta: dict) -> list[tuple]:
     """Rows of metanet_speed.py's comparison with the pinned commit: the path chosen automatically, then the
-    general path (and the compiled layers, when timed), each against the old code."""
+    general path (and the compiled layers and bfloat16 autocast, when timed), each against the old code."""
     commit, rows = metanet_speed.BASELINE_COMMIT, []
     for name, row in meta["baseline"].items():
         label = f"{name} d={row['hidden_dim']} fwd+bwd, batch 32"
         for path, ours in (("new", "automatic (dense blocks)"), ("general", "general path"),
-                           ("compiled", "compiled layers (torch.compile)")):
+                           ("compiled", "compiled layers (torch.compile)"),
+                           ("bf16", "automatic, bf16 autocast"),
+                           ("compiled_bf16", "compiled layers, bf16 autocast")):
             if path in row:
                 rows.append((label, ours, f"{row[path]:.1f} graphs/s", f"git {commit}", f"{row['old']:.1f} graphs/s",
                              row[path] / row["old"]))

@@ -196,9 +196,17 @@ def render(weights: Sequence[Tensor], biases: Sequence[Tensor], resolution: int 
     ``graph_to_mlp`` returns them for a batch; all INRs are evaluated by batched matmuls.
     ``convention`` gives ``w0``, the grid and the offset; the layout is read from the tensors
     (:func:`siren_layout`), never from ``convention.layout``.
+
+    Always computed in at least float32, with any active autocast (e.g. Lightning's
+    ``precision="bf16-mixed"``) turned off: ``sin(w0 x)`` multiplies bfloat16's 3e-3 relative
+    rounding of ``x`` by ``w0 = 30``, which would swamp the pixel errors being trained on.
     """
     height, width = (resolution, resolution) if isinstance(resolution, int) else resolution
     siren_layout(weights, biases)
+    if torch.is_autocast_enabled(weights[0].device.type) or weights[0].dtype.itemsize < 4:
+        with torch.autocast(weights[0].device.type, enabled=False):
+            return render([full_precision(w) for w in weights], [full_precision(b) for b in biases],
+                          resolution, convention)
     single = weights[0].dim() == 2
     if single:
         weights, biases = [w.unsqueeze(0) for w in weights], [b.unsqueeze(0) for b in biases]
@@ -209,6 +217,11 @@ def render(weights: Sequence[Tensor], biases: Sequence[Tensor], resolution: int 
             h = torch.sin(convention.w0 * h)
     images = (h.squeeze(-1) + convention.output_offset).view(-1, height, width)
     return images[0] if single else images
+
+
+def full_precision(tensor: Tensor) -> Tensor:
+    """``tensor`` as float32 when its dtype is narrower (bfloat16, float16), else unchanged (float64 stays)."""
+    return tensor.float() if tensor.is_floating_point() and tensor.dtype.itemsize < 4 else tensor
 
 
 def psnr(prediction: Tensor, target: Tensor) -> Tensor:

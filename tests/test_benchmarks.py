@@ -105,21 +105,37 @@ def test_cpu_systems_match_the_gmn_budget_within_five_percent(system):
     assert abs(params - target) <= 0.05 * target
 
 
+def fit_one_cpu_run(tmp_path, monkeypatch, arch: str, k: int = 8) -> tuple[list[str], dict]:
+    """The fit command of ``arch`` k seed 0 on the cpu protocol (fit faked) and the run it records."""
+    calls = []
+    monkeypatch.setattr(dilation.subprocess, "run", fake_fit(calls))
+    assert dilation.main(["--protocol", "cpu", "--archs", arch, "--k", str(k), "--seeds", "0", "--data-root",
+                          str(tmp_path), "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]) == 0
+    (command,) = calls
+    (raw,) = (tmp_path / "results").glob("dilation_cpu_*.json")
+    (run,) = json.loads(raw.read_text())["runs"]
+    return command, run
+
+
 def test_decoder_variants_are_planned_last_and_reach_the_fit(tmp_path, monkeypatch):
     """The OCE ablation's variants come after every run planned before them; their runs ask for their decoder."""
     plan = dilation.PROTOCOLS["cpu"]["plan"]
-    assert plan[-1] == (tuple(dilation.CPU_DECODER_VARIANTS), (8,), (0, 1, 2))
-    assert all(arch not in dilation.CPU_DECODER_VARIANTS for archs, _, _ in plan[:-1] for arch in archs)
+    assert plan[-2] == (tuple(dilation.CPU_DECODER_VARIANTS), (8,), (0, 1, 2))
+    assert all(arch not in dilation.CPU_DECODER_VARIANTS for archs, _, _ in plan[:-2] for arch in archs)
     assert "decoder_members" not in dilation.run_settings(dilation.PROTOCOLS["cpu"], "gmn", 8)
-    calls = []
-    monkeypatch.setattr(dilation.subprocess, "run", fake_fit(calls))
-    assert dilation.main(["--protocol", "cpu", "--archs", "gmn_coupled", "--k", "8", "--seeds", "0", "--data-root",
-                          str(tmp_path), "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]) == 0
-    (command,) = calls
+    command, run = fit_one_cpu_run(tmp_path, monkeypatch, "gmn_coupled")
     assert command[command.index("--model.init_args.decoder_members") + 1] == "coupled"
-    (raw,) = (tmp_path / "results").glob("dilation_cpu_*.json")
-    (run,) = json.loads(raw.read_text())["runs"]
     assert run["settings"] == {**dilation.run_settings(dilation.PROTOCOLS["cpu"], "gmn", 8), "decoder_members": "coupled"}
+
+
+def test_precision_variant_is_planned_last_and_trains_gmn_in_bf16_mixed(tmp_path, monkeypatch):
+    """Same settings as GMN's but the trainer's precision; the fit is asked for it and the record says so."""
+    assert dilation.PROTOCOLS["cpu"]["plan"][-1] == (("gmn_bf16",), (1, 8), (0,))
+    gmn = dilation.run_settings(dilation.PROTOCOLS["cpu"], "gmn", 8)
+    assert "precision" not in gmn["trainer"]
+    command, run = fit_one_cpu_run(tmp_path, monkeypatch, "gmn_bf16")
+    assert command[command.index("--trainer.precision") + 1] == "bf16-mixed"
+    assert run["settings"] == {**gmn, "trainer": {**gmn["trainer"], "precision": "bf16-mixed"}}
 
 
 @pytest.mark.parametrize("variant", sorted(dilation.CPU_DECODER_VARIANTS))

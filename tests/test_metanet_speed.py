@@ -44,12 +44,13 @@ def test_baseline_is_the_pinned_commit_beside_the_working_tree():
     assert pinned.METANETS is not neuralgraph.nn.METANETS
     assert pinned.METANETS["gmn"] is not neuralgraph.nn.METANETS["gmn"]
     args = argparse.Namespace(baseline=metanet_speed.BASELINE_COMMIT, baseline_metanets=["gmn", "ng_gnn"],
-                              baseline_width=8, num_layers=2, batch=ARGS.batch, repeats=1, compile=False)
+                              baseline_width=8, num_layers=2, batch=ARGS.batch, repeats=1, compile=False, bf16=True)
     table = metanet_speed.baseline_comparison(graph(), args, lambda: None)
     assert sorted(table) == ["gmn", "ng_gnn"]
     for row in table.values():
         assert row["hidden_dim"] == 8 and max(row["difference"], row["general_difference"]) < 1e-5
-        assert min(row["new"], row["general"], row["old"]) > 0
+        assert 1e-5 < row["bf16_difference"] < 0.5  # bfloat16 autocast: close, not equal
+        assert min(row["new"], row["general"], row["old"], row["bf16"]) > 0
 
 
 def test_baseline_widths_are_the_configs():

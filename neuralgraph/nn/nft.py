@@ -115,8 +115,9 @@ class NeuronAttentionLayer(MetanetLayer):
             groups = layer_groups(node_layer, batch)
             order = torch.argsort(groups, stable=True)
             dense, mask = to_dense_batch(projected[order], groups[order])
-            attended = torch.empty_like(x)
-            attended[order] = attend(dense, mask)[mask]
+            rows = attend(dense, mask)[mask]
+            attended = torch.empty_like(rows)  # rows' dtype: bfloat16 under autocast, unlike x
+            attended[order] = rows
         return attention.out_proj(attended)
 
 

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from neuralgraph.graph import graph_to_mlp
 from neuralgraph.graph.scaling import scaling_invariant
-from neuralgraph.inr import render
+from neuralgraph.inr import full_precision, render
 from neuralgraph.morphology import EDITS
 from neuralgraph.nn import InvariantReadout, WeightDecoder, build_metanet, match_budget
 from neuralgraph.nn.budget import count_trainable
@@ -245,9 +245,16 @@ class InrEditing(EpochMetricTask):
 
     def edited_networks(self, graph) -> tuple[list[Tensor], list[Tensor]]:
         """The output INRs per input graph: weights ``[B, k, d_out, d_in]``, biases ``[B, k, d_out]``
-        (one network of hidden width ``k h`` with ``decoder_members="coupled"``)."""
+        (one network of hidden width ``k h`` with ``decoder_members="coupled"``).
+
+        Under autocast (``--trainer.precision bf16-mixed``) the metanetwork runs in bfloat16 but the
+        decoder in float32: its deltas are added to the input weights, whose precision they keep."""
         node, edge = self.metanet(graph)
-        return self.decoder(graph, node, edge)
+        device = node.device.type
+        if not torch.is_autocast_enabled(device):
+            return self.decoder(graph, node, edge)
+        with torch.autocast(device, enabled=False):
+            return self.decoder(graph, full_precision(node), full_precision(edge))
 
     def loss_and_outputs(self, batch):
         weights, biases = self.edited_networks(batch.graph)
