@@ -16,9 +16,10 @@ dilation() {
     done
     return 1
 }
-# the OCE curve (GMN and DWS, k = 1, 2, 4, 8, three seeds); the ablation's decoder variants; the table's
-# remaining rows; GMN trained in bf16-mixed; the first ensemble of eight k = 1 editors (seeds 0-7) and the ablation report; cpu-large
-# (DWS first, it is ~4x cheaper than GMN); then the other two ensembles (seeds 8-23) and the report again
+# the OCE curve (GMN and DWS, k = 1, 2, 4, 8, three seeds); the ablation's decoder variants; the
+# table's remaining rows; GMN trained in bf16-mixed; the first ensemble of eight k = 1 editors
+# (seeds 0-7) and the ablation report; cpu-large (DWS first, it is ~4x cheaper than GMN); then the
+# other two ensembles (seeds 8-23) and the report again
 dilation cpu --archs gmn dws --k 1 2 4 8 --seeds 0 1 2 || exit 1
 dilation cpu --archs gmn_coupled gmn_tied --k 8 --seeds 0 1 2 || exit 1
 dilation cpu --archs scalegmn_b ng_gnn_probe16 gmn_grad16 scalegmn_b_grad16 --k 1 8 --seeds 0 || exit 1
