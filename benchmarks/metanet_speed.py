@@ -104,11 +104,6 @@ def pinned_neuralgraph(commit: str = BASELINE_COMMIT) -> ModuleType:
     return importlib.import_module(f"{alias}.nn")
 
 
-def bf16_autocast(device: torch.device):
-    """What Lightning's ``precision="bf16-mixed"`` wraps a step in."""
-    return torch.autocast(device.type, dtype=torch.bfloat16)
-
-
 def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync,
                    compiled: bool = False, bf16: bool = False) -> tuple[dict, dict]:
     """Fwd+bwd steps of ``name`` now (path chosen automatically, forced general, with ``compiled``
@@ -144,7 +139,8 @@ def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync,
 
 
 def bf16_forward(model: nn.Module, graph) -> tuple[Tensor, ...]:
-    with bf16_autocast(graph.x.device):
+    """``model(graph)`` under the autocast that Lightning's ``precision="bf16-mixed"`` wraps a step in."""
+    with torch.autocast(graph.x.device.type, dtype=torch.bfloat16):
         return model(graph)
 
 
