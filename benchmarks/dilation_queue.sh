@@ -19,7 +19,8 @@ dilation() {
 # the OCE curve (GMN and DWS, k = 1, 2, 4, 8, three seeds); the ablation's decoder variants; the
 # table's remaining rows; GMN trained in bf16-mixed; the first ensemble of eight k = 1 editors
 # (seeds 0-7) and the ablation report; cpu-large (DWS first, it is ~4x cheaper than GMN); then the
-# other two ensembles (seeds 8-23) and the report again
+# other two ensembles (seeds 8-23) and the report again; then seeds 1 and 2 of the table's
+# single-seed systems, cheapest first
 dilation cpu --archs gmn dws --k 1 2 4 8 --seeds 0 1 2 || exit 1
 dilation cpu --archs gmn_coupled gmn_tied --k 8 --seeds 0 1 2 || exit 1
 dilation cpu --archs scalegmn_b ng_gnn_probe16 gmn_grad16 scalegmn_b_grad16 --k 1 8 --seeds 0 || exit 1
@@ -30,3 +31,4 @@ dilation cpu-large --archs dws || exit 1
 dilation cpu-large || exit 1
 dilation cpu || exit 1
 .venv/bin/python benchmarks/oce_ablation.py
+dilation cpu --archs nft nfn_np nfn_hnp ng_t scalegmn scalegmn_b ng_gnn --k 1 8 --seeds 1 2 || exit 1
