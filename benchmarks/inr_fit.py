@@ -1,12 +1,16 @@
-"""INR fitting speed: fit_inrs (compiled kernel, pure-torch path) against one nn.Module + Adam per image.
+"""INR fitting speed: fit_inrs (its default ``auto``, the compiled kernel, the pure-torch path)
+against one nn.Module + Adam per image.
 
-For each thread count, times the three in one process, interleaved over ``--repeats`` rounds,
-and prints medians: microseconds per INR-step, the ratios to the per-network loop, and the
-fraction of this CPU's large-sgemm throughput the fitter reaches (one INR-step of 2-32-32-1
-at 784 pixels is about 5.3 MFLOP of forward+backward, plus 2 x 784 x 64 sin/cos). The load
-average is printed beside the numbers: other jobs on the CPU slow every method.
+For each thread count, times them in one process, interleaved over ``--repeats`` rounds, and
+prints medians: microseconds per INR-step, the ratios to the per-network loop and to the torch
+path, and the fraction of this CPU's large-sgemm throughput the fitter reaches (one INR-step of
+2-32-32-1 at 784 pixels is about 5.3 MFLOP of forward+backward, plus 2 x 784 x 64 sin/cos).
+The CPU (model and vector instruction sets) and the load average are printed beside every row:
+other jobs on the CPU slow every method. ``--kernel-variant NAME=FLAGS`` also times the kernel
+built with extra compiler flags, e.g. ``avx2=-mno-avx512f``: the AVX2 path on an AVX-512 CPU.
 
-    python benchmarks/inr_fit.py [--threads 1 2] [--inrs 128] [--steps 50] [--out results.md]
+    python benchmarks/inr_fit.py [--threads 1 2] [--inrs 128] [--steps 50] [--kernel-variant avx2=-mno-avx512f]
+                                 [--out results.md]
 """
 from __future__ import annotations
 
@@ -20,18 +24,30 @@ from pathlib import Path
 import torch
 
 from neuralgraph.data.mnist import load_subset
-from neuralgraph.inr import DWS_MNIST, FitConfig, Siren, fit_inrs, grid_coordinates, init_siren
+from neuralgraph.inr import DWS_MNIST, FitConfig, Siren, calibrated_backend, fit_inrs, grid_coordinates, init_siren
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_description, cpu_short  # noqa: E402
 
 FLOP_PER_INR_STEP = 5.3e6
-BACKENDS = ("cpp", "torch")
+BACKENDS = ("auto", "cpp", "torch")
 
 
-def batched(images: torch.Tensor, steps: int, pool_size: int, backend: str) -> float:
-    """Seconds for ``steps`` Adam steps of every INR (no early stop)."""
-    start = time.perf_counter()
-    fit_inrs(images, range(len(images)), DWS_MNIST, FitConfig(steps=steps, target_psnr=float("inf"),
-                                                              pool_size=pool_size), backend=backend)
-    return time.perf_counter() - start
+def batched(images: torch.Tensor, steps: int, pool_size: int, backend: str, kernel_flags: str = "") -> float:
+    """Seconds for ``steps`` Adam steps of every INR (no early stop); the kernel built with
+    ``kernel_flags`` ($NEURALGRAPH_KERNEL_FLAGS) where it is used."""
+    saved = os.environ.get("NEURALGRAPH_KERNEL_FLAGS")
+    os.environ["NEURALGRAPH_KERNEL_FLAGS"] = kernel_flags
+    try:
+        start = time.perf_counter()
+        fit_inrs(images, range(len(images)), DWS_MNIST, FitConfig(steps=steps, target_psnr=float("inf"),
+                                                                  pool_size=pool_size), backend=backend)
+        return time.perf_counter() - start
+    finally:
+        if saved is None:
+            del os.environ["NEURALGRAPH_KERNEL_FLAGS"]
+        else:
+            os.environ["NEURALGRAPH_KERNEL_FLAGS"] = saved
 
 
 def per_network(images: torch.Tensor, steps: int) -> float:
@@ -61,34 +77,43 @@ def sgemm_gflops(size: int = 1024, repeats: int = 10) -> float:
 
 
 def measure(images: torch.Tensor, args, threads: int) -> dict:
-    """Median us/INR-step of each backend and of the loop at ``threads``, interleaved."""
+    """Median us/INR-step of each method and of the loop at ``threads``, interleaved."""
     torch.set_num_threads(threads)
-    for backend in BACKENDS:  # warm-up (and the kernel's build, if not cached)
-        batched(images[:4], 3, args.pool_size, backend)
+    methods = {backend: (backend, "") for backend in BACKENDS}
+    methods.update({f"cpp [{name}]": ("cpp", flags) for name, flags in args.kernel_variant})
+    for backend, flags in methods.values():  # warm-up (the kernel's build and auto's calibration, if not cached)
+        batched(images[:4], 3, args.pool_size, backend, flags)
     per_network(images[:1], 3)
-    samples = {name: [] for name in (*BACKENDS, "loop")}
+    samples = {name: [] for name in (*methods, "loop")}
     for _ in range(args.repeats):
-        for backend in BACKENDS:
-            samples[backend].append(1e6 * batched(images, args.steps, args.pool_size, backend)
-                                    / (len(images) * args.steps))
+        for name, (backend, flags) in methods.items():
+            samples[name].append(1e6 * batched(images, args.steps, args.pool_size, backend, flags)
+                                 / (len(images) * args.steps))
         samples["loop"].append(1e6 * per_network(images[:args.loop_inrs], args.steps) / (args.loop_inrs * args.steps))
     us = {name: statistics.median(values) for name, values in samples.items()}
     return {"threads": threads, "us": us, "spread": {k: (min(v), max(v)) for k, v in samples.items()},
-            "sgemm_gflops": sgemm_gflops(), "load": os.getloadavg()[0]}
+            "auto": calibrated_backend(DWS_MNIST, 28, 28)["choice"], "sgemm_gflops": sgemm_gflops(),
+            "load": os.getloadavg()[0]}
 
 
 def table(rows: list[dict], args) -> str:
-    lines = [f"batched: {args.inrs} INRs x {args.steps} Adam steps, pool {args.pool_size}; "
+    lines = [f"CPU: {cpu_description()}; torch {torch.__version__}", "",
+             f"batched: {args.inrs} INRs x {args.steps} Adam steps, pool {args.pool_size}; "
              f"loop: {args.loop_inrs} INRs; medians of {args.repeats} interleaved rounds (min-max)", "",
-             "| threads | load avg | method | us/INR-step | vs loop | of sgemm |", "|---|---|---|---|---|---|"]
-    names = {"cpp": "fit_inrs, compiled kernel", "torch": "fit_inrs, pure-torch path",
-             "loop": "nn.Module + Adam per image"}
+             "| CPU | threads | load avg | method | us/INR-step | vs loop | vs torch path | of sgemm |",
+             "|---|---|---|---|---|---|---|---|"]
+    labels = {"cpp": "fit_inrs, compiled kernel", "torch": "fit_inrs, pure-torch path",
+              "loop": "nn.Module + Adam per image"}
     for row in rows:
-        for name, label in names.items():
+        for name in row["us"]:
+            label = labels.get(name, f"fit_inrs, compiled kernel {name[4:]}" if name.startswith("cpp [") else name)
+            if name == "auto":
+                label = f"fit_inrs default (auto: {row['auto']})"
             us, (low, high) = row["us"][name], row["spread"][name]
             sgemm = FLOP_PER_INR_STEP / us / 1e3 / row["sgemm_gflops"]
-            lines.append(f"| {row['threads']} | {row['load']:.2f} | {label} | {us:.0f} ({low:.0f}-{high:.0f}) | "
-                         f"{row['us']['loop'] / us:.1f}x | {sgemm:.0%} |")
+            lines.append(f"| {cpu_short()} | {row['threads']} | {row['load']:.2f} | {label} | "
+                         f"{us:.0f} ({low:.0f}-{high:.0f}) | {row['us']['loop'] / us:.1f}x | "
+                         f"{row['us']['torch'] / us:.2f}x | {sgemm:.0%} |")
     return "\n".join(lines) + "\n"
 
 
@@ -101,6 +126,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--pool-size", type=int, default=FitConfig.pool_size)
+    parser.add_argument("--kernel-variant", type=lambda text: tuple(text.split("=", 1)), nargs="*", default=[],
+                        metavar="NAME=FLAGS", help="also time the kernel built with these extra compiler flags")
     parser.add_argument("--out", type=Path, help="also write the table (markdown) here")
     args = parser.parse_args(argv)
     images = torch.from_numpy(load_subset("train").images[:args.inrs]).float() / 255
@@ -112,8 +139,8 @@ def main(argv=None) -> dict:
         command = " ".join(sys.argv[1:] if argv is None else argv)
         args.out.write_text(f"# INR fitting speed\n\n`python benchmarks/inr_fit.py {command}`\n\n{text}")
     last = rows[-1]
-    return {"batched_us_per_inr_step": last["us"]["cpp"], "torch_us_per_inr_step": last["us"]["torch"],
-            "loop_us_per_inr_step": last["us"]["loop"], "ratio": last["us"]["loop"] / last["us"]["cpp"],
+    return {"batched_us_per_inr_step": last["us"]["auto"], "torch_us_per_inr_step": last["us"]["torch"],
+            "loop_us_per_inr_step": last["us"]["loop"], "ratio": last["us"]["loop"] / last["us"]["auto"],
             "threads": last["threads"]}
 
 

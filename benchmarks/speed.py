@@ -11,36 +11,16 @@ for a quiet window) and replaces those rows of an existing ``--out`` table, keep
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 from pathlib import Path
 
 import torch
-from torch_geometric.typing import WITH_TORCH_SCATTER
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import graph_build  # noqa: E402
+from machine import machine_description  # noqa: E402
 import inr_fit  # noqa: E402
 import metanet_speed  # noqa: E402
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def machine_description() -> str:
-    import os
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
-    return (f"CPU {cpu_model()}, {os.cpu_count()} cores; GPU {gpu}; torch {torch.__version__}; "
-            f"torch-scatter {'present' if WITH_TORCH_SCATTER else 'absent'}; "
-            f"Python {platform.python_version()}")
 
 
 def main(argv=None) -> int:
@@ -72,7 +52,7 @@ def main(argv=None) -> int:
         ("graph build, 10k MLPs (2,32,32,1)" if not quick else "graph build, 2k MLPs (2,32,32,1)",
          "batched mlp_to_graph", f"{graph['batched_s']:.3f} s", "Data + Batch.from_data_list",
          f"{graph['loop_s']:.3f} s", graph["ratio"]),
-        (f"INR fitting ({fit['threads']} thread)", "fit_inrs, compiled kernel", f"{fit['batched_us_per_inr_step']:.0f} us/INR-step",
+        (f"INR fitting ({fit['threads']} thread)", "fit_inrs (auto)", f"{fit['batched_us_per_inr_step']:.0f} us/INR-step",
          "per-network nn.Module + Adam", f"{fit['loop_us_per_inr_step']:.0f} us/INR-step", fit["ratio"]),
         ("GMN layers, batch 32", "sparse scatter", f"{meta['sparse_rate']:.1f} graphs/s", "dense [B,N,N,d]",
          f"{meta['dense_rate']:.1f} graphs/s", meta["sparse_rate"] / meta["dense_rate"]),

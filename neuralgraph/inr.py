@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -29,13 +31,15 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from neuralgraph._kernels import KernelBuildError, siren_library
+from neuralgraph._kernels import KernelBuildError, siren_library, siren_library_path
 
 GRID_ORIENTATIONS = ("ij", "xy")
 INITS = ("dws", "siren")
 # How fit_inrs computes the loss and gradient (argument ``backend``, else $NEURALGRAPH_INR_BACKEND):
-# "cpp" the compiled kernel, "torch" the pure-torch path, "auto" the kernel where it applies
-# (float32 on CPU, two hidden layers) and builds, the torch path otherwise.
+# "cpp" the compiled kernel, "torch" the pure-torch path, "auto" the faster of the two where the
+# kernel applies (float32 on CPU, two hidden layers) and builds, as measured once per kernel
+# build, CPU, layout, image size and thread count (:func:`calibrated_backend`), the torch path
+# otherwise.
 INR_BACKENDS = ("auto", "cpp", "torch")
 
 
@@ -435,7 +439,8 @@ def _compiled_loss_and_gradient(flat: Tensor, targets: Tensor, axes: tuple[Tenso
     """:func:`_loss_and_gradient` computed by ``neuralgraph/_kernels/siren_step.cpp``.
 
     The same mathematics, fused: each INR runs on one of ``torch.get_num_threads()`` OpenMP
-    threads, its pixels in chunks of 112 whose activations stay in the L1 cache; ``sin`` and
+    threads, its pixels in chunks (112 with AVX-512, 32 with AVX2) whose activations stay in
+    the L1 cache; ``sin`` and
     ``cos`` of a layer come from one range reduction of the angle; every elementwise step
     runs on the registers the small matrix product before it has just filled. float32,
     layout ``(2, d1, d2, 1)``, CPU.
@@ -452,6 +457,63 @@ def _compiled_loss_and_gradient(flat: Tensor, targets: Tensor, axes: tuple[Tenso
     return mse, grad
 
 
+CALIBRATION_INRS = 32  # pool of the one-off timing: large enough to fill 2-16 threads
+
+
+def _time_steps(steps: dict[str, Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]], flat: Tensor, targets: Tensor,
+                repeats: int = 5) -> dict[str, float]:
+    """Microseconds per INR of one call of each step function: the fastest of ``repeats`` rounds,
+    the functions interleaved within a round (so a passing load slows all of them alike), after
+    one warm-up call each."""
+    best = {name: math.inf for name in steps}
+    for round_ in range(repeats + 1):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            step(flat, targets)
+            if round_:
+                best[name] = min(best[name], time.perf_counter() - start)
+    return {f"{name}_us": 1e6 * seconds / len(flat) for name, seconds in best.items()}
+
+
+def calibrated_backend(convention: SirenConvention, height: int, width: int) -> dict:
+    """Which of ``"cpp"`` and ``"torch"`` is faster for this problem on this CPU, measured once.
+
+    Times one loss-and-gradient step of both backends on :data:`CALIBRATION_INRS` random INRs
+    (about 0.1-0.3 s) and caches ``{"choice", "cpp_us", "torch_us", ...}`` in a JSON file beside
+    the compiled kernel (whose name hashes the source, the flags, the compiler and the CPU's
+    instruction sets), keyed by layout, image size and ``torch.get_num_threads()``. A cache
+    file that cannot be read is measured again and replaced, with a warning naming it.
+    """
+    library = siren_library_path()
+    cache = library.with_name(f"{library.stem}.calibration.json")
+    key = f"{'x'.join(map(str, convention.layout))} {height}x{width} threads={torch.get_num_threads()}"
+    entries = {}
+    if cache.exists():
+        try:
+            entries = json.loads(cache.read_text())
+            if not isinstance(entries, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as err:
+            warnings.warn(f"{cache}: unreadable backend calibration ({err}); measuring again")
+            entries = {}
+    if key in entries:
+        return entries[key]
+    generator = torch.Generator().manual_seed(0)
+    weights, biases = init_siren(range(CALIBRATION_INRS), convention)
+    flat = pack(weights, biases)
+    targets = torch.rand(CALIBRATION_INRS, height, width, generator=generator)
+    axes = grid_axes(height, width)
+    space = _Workspace(CALIBRATION_INRS, convention.layout, height * width, torch.device("cpu"), torch.float32)
+    times = _time_steps({"cpp": lambda f, t: _compiled_loss_and_gradient(f, t, axes, convention),
+                         "torch": lambda f, t: _loss_and_gradient(f, t, axes, convention, space)}, flat, targets)
+    entry = {"choice": "cpp" if times["cpp_us"] <= times["torch_us"] else "torch", **times}
+    entries[key] = entry
+    partial = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")  # concurrent writers never share a file
+    partial.write_text(json.dumps(entries, indent=1, sort_keys=True))
+    os.replace(partial, cache)
+    return entry
+
+
 def _step_function(backend: Optional[str], convention: SirenConvention, capacity: int, axes: tuple[Tensor, Tensor],
                    device: torch.device, dtype: torch.dtype) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]:
     """``(flat, targets) -> (mse, grad)`` of the chosen backend (see ``INR_BACKENDS``)."""
@@ -466,7 +528,8 @@ def _step_function(backend: Optional[str], convention: SirenConvention, capacity
     if backend == "cpp" or (backend == "auto" and applies):
         try:
             siren_library()
-            return lambda flat, targets: _compiled_loss_and_gradient(flat, targets, axes, convention)
+            if backend == "cpp" or calibrated_backend(convention, len(axes[0]), len(axes[1]))["choice"] == "cpp":
+                return lambda flat, targets: _compiled_loss_and_gradient(flat, targets, axes, convention)
         except KernelBuildError as err:
             if backend == "cpp":
                 raise

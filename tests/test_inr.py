@@ -17,6 +17,7 @@ from neuralgraph.inr import (
     _compiled_loss_and_gradient,
     _loss_and_gradient,
     _Workspace,
+    calibrated_backend,
     fit_inrs,
     grid_axes,
     grid_coordinates,
@@ -137,6 +138,81 @@ def test_compiled_kernel_matches_float64_reference(convention, d1, d2, n, height
     assert ((grad32.double() - grad).abs() <= 3e-5 * grad.abs().amax(1, keepdim=True)).all()
 
 
+# the kernel's register blocking per instruction set: AVX-512 (16 lanes), AVX2 (8), SSE (4);
+# on a CPU without AVX-512 the first two builds are the same code
+ISA_VARIANTS = {"native": "", "avx2": "-mno-avx512f", "sse": "-mno-avx"}
+
+
+@pytest.fixture(params=sorted(ISA_VARIANTS))
+def kernel_variant(request, monkeypatch):
+    """The compiled kernel built for one instruction set (``$NEURALGRAPH_KERNEL_FLAGS``)."""
+    monkeypatch.setenv("NEURALGRAPH_KERNEL_FLAGS", ISA_VARIANTS[request.param])
+    return compiled_kernel()
+
+
+@pytest.mark.parametrize("d1, d2, height, width", [(5, 7, 13, 11), (32, 32, 28, 28), (3, 1, 1, 30), (9, 17, 30, 2)])
+def test_every_instruction_set_path_matches_float64(kernel_variant, d1, d2, height, width):
+    # widths below and between the register blocks (2, 3, 4 rows), images not whole chunks
+    convention = SirenConvention(layout=(2, d1, d2, 1), grid="ij", output_offset=0.5)
+    weights, biases = perturbed_inrs(convention, 2)
+    flat = pack(weights, biases)
+    targets = torch.rand(2, height, width, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    space = _Workspace(2, convention.layout, height * width, "cpu", torch.float64)
+    mse, grad = _loss_and_gradient(flat, targets, grid_axes(height, width, dtype=torch.float64), convention, space)
+    mse32, grad32 = _compiled_loss_and_gradient(flat.float(), targets.float(), grid_axes(height, width), convention)
+    assert torch.allclose(mse32.double(), mse, rtol=2e-5, atol=0)
+    assert ((grad32.double() - grad).abs() <= 3e-5 * grad.abs().amax(1, keepdim=True)).all()
+
+
+@pytest.mark.parametrize("scale", [4.0, 1e2, 1e4])
+def test_kernel_sincos_is_float32_accurate(kernel_variant, scale):
+    # the fitter's angles are w0 (W h + b): |.| < 1e3 in fitted sets; one float32 ulp of 1
+    # (1.2e-7) bounds the error of the polynomial (~1 ulp) plus the 3-part range reduction
+    x = (torch.rand(100_000, generator=torch.Generator().manual_seed(0)) * 2 - 1) * scale
+    sin, cos = torch.empty_like(x), torch.empty_like(x)
+    kernel_variant.siren_sincos(len(x), x.data_ptr(), sin.data_ptr(), cos.data_ptr())
+    ulp = torch.finfo(torch.float32).eps
+    assert (sin.double() - x.double().sin()).abs().max() <= ulp
+    assert (cos.double() - x.double().cos()).abs().max() <= ulp
+
+
+def test_auto_backend_is_measured_once_and_follows_the_measurement(monkeypatch, tmp_path):
+    compiled_kernel()
+    monkeypatch.setattr(kernels, "_libraries", {})
+    monkeypatch.setenv("NEURALGRAPH_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.delenv("NEURALGRAPH_INR_BACKEND", raising=False)
+    timings = []
+
+    def torch_faster(steps, flat, targets):
+        timings.append(sorted(steps))
+        return {"cpp_us": 2.0, "torch_us": 1.0}
+
+    monkeypatch.setattr("neuralgraph.inr._time_steps", torch_faster)
+    images, config = digits(2), FitConfig(steps=3)
+    auto = fit_inrs(images, [0, 1], config=config)
+    assert timings == [["cpp", "torch"]]
+    for backend in ("torch", "cpp"):  # auto took the torch path, bit for bit
+        forced = fit_inrs(images, [0, 1], config=config, backend=backend)
+        assert torch.equal(auto.weights[1], forced.weights[1]) == (backend == "torch")
+    fit_inrs(images, [0, 1], config=config)
+    assert len(timings) == 1  # cached beside the kernel
+    [cache] = tmp_path.glob("*.calibration.json")
+    assert cache.name.startswith(kernels.siren_library_path().stem)
+    cache.write_text("{not json")
+    with pytest.warns(UserWarning, match=r"calibration.json: unreadable backend calibration"):
+        assert calibrated_backend(DWS_MNIST, 28, 28)["choice"] == "torch"
+    assert len(timings) == 2 and calibrated_backend(DWS_MNIST, 28, 28)["torch_us"] == 1.0
+
+
+def test_calibration_times_both_backends(monkeypatch, tmp_path):
+    compiled_kernel()
+    monkeypatch.setenv("NEURALGRAPH_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernels, "_libraries", {})
+    entry = calibrated_backend(SirenConvention(layout=(2, 8, 8, 1)), 9, 9)
+    assert entry["choice"] == min(("cpp", "torch"), key=lambda name: entry[f"{name}_us"])
+    assert entry["cpp_us"] > 0 and entry["torch_us"] > 0
+
+
 def test_compiled_kernel_follows_the_torch_path():
     compiled_kernel()
     images, config = digits(3), FitConfig(lr=1e-3, target_psnr=100.0)
@@ -160,7 +236,7 @@ def test_backend_choice_and_errors(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match=r"layout \(2, 8, 1\)"):
         fit_inrs(images, [0], SirenConvention(layout=(2, 8, 1)), FitConfig(steps=1), backend="cpp")
     # no compiler: "cpp" is an error naming the source, "auto" warns and fits with the torch path
-    monkeypatch.setattr(kernels, "_siren", None)
+    monkeypatch.setattr(kernels, "_libraries", {})
     monkeypatch.setenv("NEURALGRAPH_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", str(tmp_path / "no-compiler"))
     with pytest.raises(kernels.KernelBuildError, match="siren_step.cpp: compiler"):

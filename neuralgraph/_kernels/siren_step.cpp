@@ -16,17 +16,55 @@
 
 namespace {
 
-constexpr int LANES = 16;
-typedef float v16 __attribute__((vector_size(LANES * sizeof(float))));
-typedef int32_t i16 __attribute__((vector_size(LANES * sizeof(int32_t))));
-// 7 vectors (112 pixels: 784 = 7 chunks) and 3-row blocks: 21 accumulators + 7 operands fit the
-// 32 AVX-512 registers; measured 15% faster than 4 x 2 and 2 x 8 on 28 x 28 images
-constexpr int NV = 7;               // vectors per chunk
-constexpr int JB = 3;               // rows per register block of the chunk products
+// Register blocking per instruction set (each -D overridable, for benchmarks/inr_fit.py
+// --kernel-flags): a chunk is NV vectors of LANES pixels, the chunk products are blocked JB
+// rows at a time (JB x NV accumulators + NV operands + one broadcast must fit the register
+// file), the outer products OJ x OK. AVX-512 (32 x 16 floats): 7 vectors (112 pixels: 784 =
+// 7 chunks), 3-row blocks, 4 x 4 outer blocks. AVX2 (16 x 8 floats): a 16-float vector is two
+// registers and the AVX-512 blocking spills (8x slower, docs/inr.md), so 8 lanes, 4 x 2 blocks,
+// 2 x 4 outer blocks. Other targets (SSE, NEON: 4 floats): 4 lanes, 4 x 2, 2 x 4.
+#if defined(__AVX512F__)
+#define NG_DEFAULT_LANES 16
+#define NG_DEFAULT_NV 7
+#define NG_DEFAULT_JB 3
+#define NG_DEFAULT_OJ 4
+#elif defined(__AVX__)
+#define NG_DEFAULT_LANES 8
+#define NG_DEFAULT_NV 4
+#define NG_DEFAULT_JB 2
+#define NG_DEFAULT_OJ 2
+#else
+#define NG_DEFAULT_LANES 4
+#define NG_DEFAULT_NV 4
+#define NG_DEFAULT_JB 2
+#define NG_DEFAULT_OJ 2
+#endif
+#ifndef NG_LANES
+#define NG_LANES NG_DEFAULT_LANES
+#endif
+#ifndef NG_NV
+#define NG_NV NG_DEFAULT_NV
+#endif
+#ifndef NG_JB
+#define NG_JB NG_DEFAULT_JB
+#endif
+#ifndef NG_OJ
+#define NG_OJ NG_DEFAULT_OJ
+#endif
+#ifndef NG_OK
+#define NG_OK 4
+#endif
+
+constexpr int LANES = NG_LANES;
+typedef float vf __attribute__((vector_size(LANES * sizeof(float))));
+typedef int32_t vi __attribute__((vector_size(LANES * sizeof(int32_t))));
+constexpr int NV = NG_NV;           // vectors per chunk
+constexpr int JB = NG_JB;           // rows per register block of the chunk products
+constexpr int OJ = NG_OJ, OK = NG_OK;  // register block of the outer products
 constexpr int PC = NV * LANES;      // pixels per chunk
 
-inline v16 splat(float x) { return v16{} + x; }
-inline float hsum(v16 x) {  // a pairwise tree: four dependent adds instead of fifteen
+inline vf splat(float x) { return vf{} + x; }
+inline float hsum(vf x) {  // a pairwise tree: log2(LANES) dependent adds
     float t[LANES];
     std::memcpy(t, &x, sizeof t);
     for (int width = LANES / 2; width > 0; width /= 2)
@@ -36,41 +74,41 @@ inline float hsum(v16 x) {  // a pairwise tree: four dependent adds instead of f
 
 // sin and cos of x from one reduction: x = q pi/2 + r (Cody-Waite, |x| < 2^20), Cephes minimax
 // polynomials on |r| <= pi/4 (about 1 ulp), then the quadrant q mod 4 swaps and signs them.
-inline void sincos16(v16 x, v16& s, v16& c) {
-    const v16 shifter = splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
-    v16 t = x * splat(0.636619772367581343f) + shifter;
-    v16 q = t - shifter;
-    i16 qi = (i16)t - (i16)shifter;
-    v16 r = x - q * splat(1.5703125f);
+inline void sincos_v(vf x, vf& s, vf& c) {
+    const vf shifter = splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
+    vf t = x * splat(0.636619772367581343f) + shifter;
+    vf q = t - shifter;
+    vi qi = (vi)t - (vi)shifter;
+    vf r = x - q * splat(1.5703125f);
     r = r - q * splat(4.837512969970703125e-4f);
     r = r - q * splat(7.549789948768648e-8f);
-    v16 r2 = r * r;
-    v16 ps = ((splat(-1.9515295891e-4f) * r2 + splat(8.3321608736e-3f)) * r2 + splat(-1.6666654611e-1f)) * r2 * r + r;
-    v16 pc = ((splat(2.443315711809948e-5f) * r2 + splat(-1.388731625493765e-3f)) * r2 + splat(4.166664568298827e-2f))
+    vf r2 = r * r;
+    vf ps = ((splat(-1.9515295891e-4f) * r2 + splat(8.3321608736e-3f)) * r2 + splat(-1.6666654611e-1f)) * r2 * r + r;
+    vf pc = ((splat(2.443315711809948e-5f) * r2 + splat(-1.388731625493765e-3f)) * r2 + splat(4.166664568298827e-2f))
                  * r2 * r2 - splat(0.5f) * r2 + splat(1.f);
-    i16 swap = (qi & 1) != 0;
-    v16 sv = swap ? pc : ps;
-    v16 cv = swap ? ps : pc;
-    i16 sin_sign = (qi & 2) << 30;
-    i16 cos_sign = ((qi + 1) & 2) << 30;
-    s = (v16)((i16)sv ^ sin_sign);
-    c = (v16)((i16)cv ^ cos_sign);
+    vi swap = (qi & 1) != 0;
+    vf sv = swap ? pc : ps;
+    vf cv = swap ? ps : pc;
+    vi sin_sign = (qi & 2) << 30;
+    vi cos_sign = ((qi + 1) & 2) << 30;
+    s = (vf)((vi)sv ^ sin_sign);
+    c = (vf)((vi)cv ^ cos_sign);
 }
 
-inline v16 load(const float* p) { v16 x; std::memcpy(&x, p, sizeof x); return x; }
-inline void store(float* p, v16 x) { std::memcpy(p, &x, sizeof x); }
+inline vf load(const float* p) { vf x; std::memcpy(&x, p, sizeof x); return x; }
+inline void store(float* p, vf x) { std::memcpy(p, &x, sizeof x); }
 
 // acc[j][v] = bias[j] + sum_k a[j * lda + k * ldk] b[k][v] for JB rows j, the chunk's NV vectors
 template <int JB>
 inline void rows_times_chunk(const float* a, int lda, int ldk, int kdim, const float* b, const float* bias,
-                             v16 (&acc)[JB][NV]) {
+                             vf (&acc)[JB][NV]) {
     for (int jb = 0; jb < JB; ++jb)
         for (int v = 0; v < NV; ++v) acc[jb][v] = splat(bias ? bias[jb] : 0.f);
     for (int k = 0; k < kdim; ++k) {
-        v16 bv[NV];
+        vf bv[NV];
         for (int v = 0; v < NV; ++v) bv[v] = load(b + k * PC + v * LANES);
         for (int jb = 0; jb < JB; ++jb) {
-            v16 w = splat(a[jb * lda + k * ldk]);
+            vf w = splat(a[jb * lda + k * ldk]);
             for (int v = 0; v < NV; ++v) acc[jb][v] += w * bv[v];
         }
     }
@@ -78,12 +116,12 @@ inline void rows_times_chunk(const float* a, int lda, int ldk, int kdim, const f
 
 // acc[j][k] += sum_v x[j][v] y[k][v], lane-wise (reduced over lanes at the end of the INR)
 template <int JB, int KB>
-inline void outer_chunk(const float* x, const float* y, v16* acc, int ld) {
-    v16 a[JB][KB];
+inline void outer_chunk(const float* x, const float* y, vf* acc, int ld) {
+    vf a[JB][KB];
     for (int jb = 0; jb < JB; ++jb)
         for (int kb = 0; kb < KB; ++kb) a[jb][kb] = acc[jb * ld + kb];
     for (int v = 0; v < NV; ++v) {
-        v16 xv[JB], yv[KB];
+        vf xv[JB], yv[KB];
         for (int jb = 0; jb < JB; ++jb) xv[jb] = load(x + jb * PC + v * LANES);
         for (int kb = 0; kb < KB; ++kb) yv[kb] = load(y + kb * PC + v * LANES);
         for (int jb = 0; jb < JB; ++jb)
@@ -104,7 +142,7 @@ struct Scratch {
     std::vector<float> sr, cr, sc, cc;                // layer 1's sin/cos of the row and column parts
     std::vector<float> h1, c1, h2, c2, gz, out, g;    // one chunk of activations, [d][PC]
     std::vector<float> w2, b2, w3s;                   // w0 W2, w0 b2, w0 w3 (the factors the angles need)
-    std::vector<v16> gw1, gw2, gw3;                   // lane-wise gradient accumulators
+    std::vector<vf> gw1, gw2, gw3;                   // lane-wise gradient accumulators
     Scratch(const Problem& pr) {
         int h = pr.height + LANES, w = pr.width + LANES;
         sr.resize(pr.d1 * h); cr.resize(pr.d1 * h); sc.resize(pr.d1 * w); cc.resize(pr.d1 * w);
@@ -118,10 +156,10 @@ struct Scratch {
 // sin/cos of w0 (u x + b) for the n values x of an axis, into s and c (padded to whole vectors)
 void axis_sincos(const float* axis, int n, float u, float b, float w0, float* s, float* c) {
     for (int i = 0; i < n; i += LANES) {
-        v16 x{};
+        vf x{};
         for (int l = 0; l < LANES && i + l < n; ++l) x[l] = axis[i + l];
-        v16 sv, cv;
-        sincos16(splat(w0) * (splat(u) * x + splat(b)), sv, cv);
+        vf sv, cv;
+        sincos_v(splat(w0) * (splat(u) * x + splat(b)), sv, cv);
         store(s + i, sv);
         store(c + i, cv);
     }
@@ -144,11 +182,11 @@ void one_inr(const Problem& pr, Scratch& sp, const float* flat, const float* tar
         sp.b2[j] = w0 * b2[j * (d1 + 1) + d1];
         sp.w3s[j] = w0 * b3[j];
     }
-    std::fill(sp.gw1.begin(), sp.gw1.end(), v16{});
-    std::fill(sp.gw2.begin(), sp.gw2.end(), v16{});
-    std::fill(sp.gw3.begin(), sp.gw3.end(), v16{});
-    v16 sq{};
-    const v16 two_over_p = splat(2.f / P);
+    std::fill(sp.gw1.begin(), sp.gw1.end(), vf{});
+    std::fill(sp.gw2.begin(), sp.gw2.end(), vf{});
+    std::fill(sp.gw3.begin(), sp.gw3.end(), vf{});
+    vf sq{};
+    const vf two_over_p = splat(2.f / P);
     for (int p0 = 0; p0 < pr.padded; p0 += PC) {
         // layer 1 by angle addition, one image row segment at a time; padded pixels are zero
         for (int k = 0; k < d1; ++k) {
@@ -158,13 +196,13 @@ void one_inr(const Problem& pr, Scratch& sp, const float* flat, const float* tar
                 int p = p0 + i;
                 if (p >= P) { h[i] = 0.f; c[i] = 0.f; ++i; continue; }
                 int r = p / W, col = p % W, len = std::min(W - col, PC - i);
-                v16 s_r = splat(sp.sr[k * hs + r]), c_r = splat(sp.cr[k * hs + r]);
+                vf s_r = splat(sp.sr[k * hs + r]), c_r = splat(sp.cr[k * hs + r]);
                 const float* s_c = &sp.sc[k * ws + col];
                 const float* c_c = &sp.cc[k * ws + col];
                 // whole vectors: what a store writes past the segment, the next segment (or the
                 // next row k, or the buffers' padding) overwrites
                 for (int m = 0; m < len; m += LANES) {
-                    v16 sv = load(s_c + m), cv = load(c_c + m);
+                    vf sv = load(s_c + m), cv = load(c_c + m);
                     store(h + i + m, s_r * cv + c_r * sv);
                     store(c + i + m, c_r * cv - s_r * sv);
                 }
@@ -172,11 +210,11 @@ void one_inr(const Problem& pr, Scratch& sp, const float* flat, const float* tar
             }
         }
         // layer 2 (bmm with w0 W2), its sin and cos, and the output layer, fused
-        v16 out[NV] = {};
-        auto finish = [&](int jj, v16* acc) {
+        vf out[NV] = {};
+        auto finish = [&](int jj, vf* acc) {
             for (int v = 0; v < NV; ++v) {
-                v16 s, c;
-                sincos16(acc[v], s, c);
+                vf s, c;
+                sincos_v(acc[v], s, c);
                 store(&sp.h2[jj * PC + v * LANES], s);
                 store(&sp.c2[jj * PC + v * LANES], c);
                 out[v] += splat(b3[jj]) * s;
@@ -184,32 +222,32 @@ void one_inr(const Problem& pr, Scratch& sp, const float* flat, const float* tar
         };
         int j = 0;
         for (; j + JB <= d2; j += JB) {
-            v16 acc[JB][NV];
+            vf acc[JB][NV];
             rows_times_chunk<JB>(&sp.w2[j * d1], d1, 1, d1, sp.h1.data(), &sp.b2[j], acc);
             for (int jb = 0; jb < JB; ++jb) finish(j + jb, acc[jb]);
         }
         for (; j < d2; ++j) {
-            v16 acc[1][NV];
+            vf acc[1][NV];
             rows_times_chunk<1>(&sp.w2[j * d1], d1, 1, d1, sp.h1.data(), &sp.b2[j], acc);
             finish(j, acc[0]);
         }
         // residual, loss, dL/d(output) = 2 (f - y) / P
         for (int v = 0; v < NV; ++v) {
-            v16 y{};
+            vf y{};
             int p = p0 + v * LANES;
             for (int l = 0; l < LANES && p + l < P; ++l) y[l] = target[p + l];
-            v16 m = load(&pr.mask[p]);
-            v16 res = (out[v] + splat(b3[d2] + pr.offset) - y) * m;
+            vf m = load(&pr.mask[p]);
+            vf res = (out[v] + splat(b3[d2] + pr.offset) - y) * m;
             sq += res * res;
-            v16 g = res * two_over_p;
+            vf g = res * two_over_p;
             store(&sp.g[v * LANES], g);
             sp.gw3[d2] += g;
         }
         // output layer's gradient; dL/dz2 = w0 w3 cos(w0 z2) g
         for (int j = 0; j < d2; ++j) {
-            v16 acc = sp.gw3[j];
+            vf acc = sp.gw3[j];
             for (int v = 0; v < NV; ++v) {
-                v16 g = load(&sp.g[v * LANES]);
+                vf g = load(&sp.g[v * LANES]);
                 acc += g * load(&sp.h2[j * PC + v * LANES]);
                 store(&sp.gz[j * PC + v * LANES], load(&sp.c2[j * PC + v * LANES]) * g * splat(sp.w3s[j]));
             }
@@ -217,20 +255,20 @@ void one_inr(const Problem& pr, Scratch& sp, const float* flat, const float* tar
         }
         // layer 2's block gradient [d2][d1 + 1] += dL/dz2 [d2][PC] x [h1; 1]^T
         const int ld = d1 + 1;
-        for (j = 0; j + 4 <= d2; j += 4) {
+        for (j = 0; j + OJ <= d2; j += OJ) {
             int k = 0;
-            for (; k + 4 <= d1; k += 4) outer_chunk<4, 4>(&sp.gz[j * PC], &sp.h1[k * PC], &sp.gw2[j * ld + k], ld);
-            for (; k < d1; ++k) outer_chunk<4, 1>(&sp.gz[j * PC], &sp.h1[k * PC], &sp.gw2[j * ld + k], ld);
+            for (; k + OK <= d1; k += OK) outer_chunk<OJ, OK>(&sp.gz[j * PC], &sp.h1[k * PC], &sp.gw2[j * ld + k], ld);
+            for (; k < d1; ++k) outer_chunk<OJ, 1>(&sp.gz[j * PC], &sp.h1[k * PC], &sp.gw2[j * ld + k], ld);
         }
         for (; j < d2; ++j)
             for (int k = 0; k < d1; ++k) outer_chunk<1, 1>(&sp.gz[j * PC], &sp.h1[k * PC], &sp.gw2[j * ld + k], ld);
         for (int jj = 0; jj < d2; ++jj)
             for (int v = 0; v < NV; ++v) sp.gw2[jj * ld + d1] += load(&sp.gz[jj * PC + v * LANES]);
         // dL/dh1 = W2^T dL/dz2; dL/dz1 = w0 cos(w0 z1) dL/dh1; layer 1's block gradient
-        auto layer1 = [&](int k, v16* acc) {
+        auto layer1 = [&](int k, vf* acc) {
             for (int v = 0; v < NV; ++v) {
                 int p = p0 + v * LANES;
-                v16 gz1 = splat(w0) * load(&sp.c1[k * PC + v * LANES]) * acc[v];
+                vf gz1 = splat(w0) * load(&sp.c1[k * PC + v * LANES]) * acc[v];
                 sp.gw1[3 * k] += gz1 * load(&pr.in0[p]);
                 sp.gw1[3 * k + 1] += gz1 * load(&pr.in1[p]);
                 sp.gw1[3 * k + 2] += gz1;
@@ -238,12 +276,12 @@ void one_inr(const Problem& pr, Scratch& sp, const float* flat, const float* tar
         };
         int k = 0;
         for (; k + JB <= d1; k += JB) {
-            v16 acc[JB][NV];
+            vf acc[JB][NV];
             rows_times_chunk<JB>(b2 + k, 1, d1 + 1, d2, sp.gz.data(), nullptr, acc);
             for (int kb = 0; kb < JB; ++kb) layer1(k + kb, acc[kb]);
         }
         for (; k < d1; ++k) {
-            v16 acc[1][NV];
+            vf acc[1][NV];
             rows_times_chunk<1>(b2 + k, 1, d1 + 1, d2, sp.gz.data(), nullptr, acc);
             layer1(k, acc[0]);
         }
@@ -257,6 +295,16 @@ void one_inr(const Problem& pr, Scratch& sp, const float* flat, const float* tar
 }  // namespace
 
 extern "C" {
+
+// s[i], c[i] = sin(x[i]), cos(x[i]) by the kernel's own vector sincos (for tests/test_inr.py)
+void siren_sincos(long n, const float* x, float* s, float* c) {
+    for (long i = 0; i < n; i += LANES) {
+        vf xv{}, sv, cv;
+        for (int l = 0; l < LANES && i + l < n; ++l) xv[l] = x[i + l];
+        sincos_v(xv, sv, cv);
+        for (int l = 0; l < LANES && i + l < n; ++l) { s[i + l] = sv[l]; c[i + l] = cv[l]; }
+    }
+}
 
 // Per-INR mean squared error mse[n] and gradient grad[n][num_parameters] of the packed
 // parameters flat[n][num_parameters] (neuralgraph.inr.pack) against targets[n][H * W];
