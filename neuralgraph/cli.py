@@ -15,6 +15,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
 # subcommand -> (module under neuralgraph.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -27,6 +28,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "expressivity-report": ("expressivity_report", "dimension of equivariant linear maps vs what each metanet spans"),
 }
 LIGHTNING_VERBS = ("fit", "validate", "test", "predict")
+# torch >= 2.14 deprecates torch.jit.script with a FutureWarning that PyG 2.8 triggers at import
+# (torch_geometric/nn/pool/select/base.py); the user of this command cannot act on it.
+warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated", category=FutureWarning)
 DEBUG_ENV = "NEURALGRAPH_DEBUG"
 
 

@@ -1,8 +1,42 @@
-"""Shared fixtures."""
+"""Shared fixtures, and rounding tolerances derived from the computations they compare."""
 import pytest
+import torch
 
 from neuralgraph.data.generate import GenerationSettings, make_inrs
-from neuralgraph.inr import FitConfig
+from neuralgraph.inr import DWS_MNIST, FitConfig, grid_coordinates
+
+
+def render_atol(weights, biases, resolution=28, convention=DWS_MNIST) -> float:
+    """How far two ``render``s of one function may differ by rounding alone, on any CPU.
+
+    For the wider of the two networks (a merged ensemble against its members' mean, or an INR
+    against its neuron-permuted copy), in the weights' dtype with unit roundoff u: layer l's
+    ``z = W h + b`` is a sum of ``d_in + 1`` terms, within ``(d_in + 1) u (|W| |h| + |b|)`` of exact
+    in any summation order (MKL and oneDNN block differently on AVX2 and AVX-512); ``sin(w0 z)``
+    multiplies the error of ``z`` by up to ``w0`` and adds the roundings of ``w0 z`` and of ``sin``
+    (``u w0 |z|``, one ulp); the next layer multiplies the error by ``|W|``. This first-order bound
+    is propagated in float64 over the grid, and doubled: each render rounds on its own (a mean of
+    k member renders, and a merge's rounding of ``W_L / k``, add about ``k u`` times a pixel, far below).
+    """
+    u = torch.finfo(weights[0].dtype).eps / 2
+    height, width = (resolution, resolution) if isinstance(resolution, int) else resolution
+    h = grid_coordinates(height, width, convention, dtype=torch.float64)
+    error = torch.zeros_like(h)
+    for l, (w, b) in enumerate(zip(weights, biases), start=1):
+        w, b = w.detach().double().transpose(-1, -2), b.detach().double().unsqueeze(-2)
+        z = h @ w + b
+        error = error @ w.abs() + (w.shape[-2] + 1) * u * (h.abs() @ w.abs() + b.abs())
+        if l < len(weights):
+            h = torch.sin(convention.w0 * z)
+            error = convention.w0 * (error + u * z.abs()) + 2 * u
+    return 2 * float((error + u * (z + convention.output_offset).abs()).max())
+
+
+def sum_atol(terms: int, values: torch.Tensor) -> float:
+    """How far two summation orders may put sums of ``terms`` terms, e.g. a float32 gradient summed
+    over every edge by a dense and by a scattering path, or by AVX2 and AVX-512 kernels: any order is
+    within ``terms * u`` times the terms' magnitudes (Higham's gamma_n), taken as ``values``' largest."""
+    return terms * torch.finfo(values.dtype).eps / 2 * float(values.detach().abs().max())
 
 
 @pytest.fixture(scope="session")

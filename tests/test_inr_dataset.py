@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import scipy.ndimage
 import torch
+from conftest import render_atol
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,7 +81,8 @@ def test_dataset_items_and_its_one_batch_path(small_dataset):
     permuted = data.batch([2, 0], permute=True)
     permuted_weights, permuted_biases = graph_to_mlp(permuted.graph)
     assert not torch.equal(permuted_weights[1], weights[1])
-    torch.testing.assert_close(render(permuted_weights, permuted_biases), render(weights, biases), rtol=0, atol=1e-6)
+    torch.testing.assert_close(render(permuted_weights, permuted_biases), render(weights, biases), rtol=0,
+                               atol=render_atol(weights, biases))
     assert torch.equal(permuted.image, batch.image) and torch.equal(permuted.label, batch.label)
 
 

@@ -315,7 +315,7 @@ class _ConvBnNet(nn.Module):
 
 def _with_running_statistics(net: nn.Module) -> nn.Module:
     generator = torch.Generator().manual_seed(0)
-    for bn in (m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)):
+    for bn in (m for m in net.modules() if isinstance(m, nn.BatchNorm2d)):
         for tensor, low in ((bn.running_mean, -1), (bn.running_var, 0.5), (bn.weight.data, -1), (bn.bias.data, -1)):
             tensor.copy_(torch.rand(tensor.shape, generator=generator, dtype=tensor.dtype) * 1.5 + low)
     return net.eval()
@@ -341,6 +341,18 @@ def test_batchnorm_folding_errors():
     net.bn1 = nn.BatchNorm2d(8, track_running_stats=False)
     with pytest.raises(GraphConversionError, match="layer 'bn1' \\(BatchNorm2d\\) tracks no running statistics"):
         fold_batchnorm(net)
+
+
+@pytest.mark.parametrize("norm", [nn.BatchNorm2d(8), nn.BatchNorm2d(8, affine=False), nn.SyncBatchNorm(8)])
+def test_an_unfolded_batchnorm_is_an_error_naming_fold_batchnorm(norm):
+    cnn = nn.Sequential(nn.Conv2d(1, 8, 3), norm, nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 2)).eval()
+    message = (rf"^layer '1' \({type(norm).__name__}\): fold it into the preceding conv or Linear first: "
+               r"`module_to_graph\(fold_batchnorm\(model\.eval\(\)\), \.\.\.\)` "
+               r"\(from neuralgraph\.graph\.converters import fold_batchnorm\)$")
+    with pytest.raises(GraphConversionError, match=message):
+        module_to_graph(cnn)
+    if isinstance(norm, nn.BatchNorm2d):
+        assert module_to_graph(fold_batchnorm(cnn)).layout == (1, 8, 2)
 
 
 def test_each_layer_records_its_activation_and_a_second_or_unknown_one_is_refused():

@@ -3,6 +3,7 @@ import argparse
 
 import pytest
 import torch
+from conftest import render_atol
 from test_training import fit_args
 
 from neuralgraph.commands.edit import add_arguments, load_inr, run, save_inr
@@ -39,14 +40,16 @@ def test_the_merged_export_renders_the_oce_average_and_is_editable_again(tiny_in
     assert [w.shape for w in weights] == [(128, 2), (128, 128), (1, 128)]  # k=4 members of 2-32-32-1
     item = InrDataset(tiny_inrs, "test")[2]
     source_w, source_b = item["weights"], item["biases"]
-    torch.testing.assert_close(render(weights, biases), oce_average(task, source_w, source_b), rtol=0, atol=1e-6)
+    torch.testing.assert_close(render(weights, biases), oce_average(task, source_w, source_b), rtol=0,
+                               atol=render_atol(weights, biases))
 
     # the export is an INR like any other: the editor reads its width, and merging again gives k * 128
     twice = tmp_path / "twice.safetensors"
     assert edit("--ckpt", checkpoint, "--inr", merged, "--out", tmp_path / "b.png", "--export", twice) == 0
     again_w, again_b = load_inr(twice)
     assert again_w[0].shape == (512, 2)
-    torch.testing.assert_close(render(again_w, again_b), oce_average(task, weights, biases), rtol=0, atol=1e-6)
+    torch.testing.assert_close(render(again_w, again_b), oce_average(task, weights, biases), rtol=0,
+                               atol=render_atol(again_w, again_b))
 
     # what it cannot read is said, with the file or the editor at fault
     deep = tmp_path / "deep.safetensors"
@@ -63,12 +66,15 @@ def test_the_merged_export_renders_the_oce_average_and_is_editable_again(tiny_in
 def test_render_reads_the_layout_from_the_tensors():
     gen = torch.Generator().manual_seed(0)
     layout, k = (2, 8, 8, 1), 4
-    members_w = [torch.randn(1, k, o, i, generator=gen) / i**0.5 for i, o in zip(layout, layout[1:])]
-    members_b = [torch.randn(1, k, o, generator=gen) for o in layout[1:]]
+    # float64: the merge is an exact identity, checked to float64 rounding
+    f64 = dict(generator=gen, dtype=torch.float64)
+    members_w = [torch.randn(1, k, o, i, **f64) / i**0.5 for i, o in zip(layout, layout[1:])]
+    members_b = [torch.randn(1, k, o, **f64) for o in layout[1:]]
     merged_w, merged_b = merge_ensemble(members_w, members_b)
     assert merged_w[1].shape == (1, 32, 32)
     average = render([w[0] for w in members_w], [b[0] for b in members_b], 9).mean(0)
-    torch.testing.assert_close(render(merged_w, merged_b, 9)[0], average, rtol=0, atol=1e-6)
+    torch.testing.assert_close(render(merged_w, merged_b, 9)[0], average, rtol=0,
+                               atol=render_atol(merged_w, merged_b, 9))
     with pytest.raises(ValueError, match=r"SIREN layer 2: weight \(1, 32, 31\) is not \[B, d_out, 32\]"):
         render([merged_w[0], merged_w[1][..., :31], merged_w[2]], merged_b)
     with pytest.raises(ValueError, match=r"SIREN layer 3: bias \(1, 2\) does not match weight \(1, 1, 32\)"):
@@ -91,7 +97,7 @@ def test_decoder_members_train_from_the_config_and_export_one_network(tiny_inrs,
     assert weights[1].shape == (width, width)  # two copies of 2-32-32-1: wide (coupled) or merged (tied)
     item = InrDataset(tiny_inrs, "test")[1]
     torch.testing.assert_close(render(weights, biases), oce_average(task, item["weights"], item["biases"]),
-                               rtol=0, atol=1e-6)
+                               rtol=0, atol=render_atol(weights, biases))
 
 
 def test_unknown_decoder_members_is_an_error_naming_the_field():

@@ -4,21 +4,45 @@
 ``Linear``) is
 an affine map per output channel, ``y = gamma (conv(x) - mu) / sqrt(var + eps) + beta``, so it
 is absorbed into the convolution: ``W' = W gamma / sqrt(var + eps)`` (per output channel) and
-``b' = (b - mu) gamma / sqrt(var + eps) + beta``. :func:`fold_batchnorm` does this with
-``torch.fx.experimental.optimization.fuse`` and returns a module of plain convolutions whose
-parameter graph ``module_to_graph`` reads; the folded module computes the original's eval-mode
+``b' = (b - mu) gamma / sqrt(var + eps) + beta``. :func:`fold_batchnorm` traces the module with
+``torch.fx.symbolic_trace``, replaces each such pair by ``torch.nn.utils.fuse_conv_bn_eval`` (or
+``fuse_linear_bn_eval``) and returns a module of plain convolutions whose parameter graph
+``module_to_graph`` reads; the folded module computes the original's eval-mode
 output up to float rounding. The running statistics are not node features: a graph of the folded
 network is the graph of the function the network computes at inference.
 """
 from __future__ import annotations
 
-import torch
-from torch import nn
-from torch.fx.experimental.optimization import fuse
+import copy
+
+from torch import fx, nn
+from torch.nn.utils import fuse_conv_bn_eval, fuse_linear_bn_eval
 
 from neuralgraph.graph.core import GraphConversionError
 
 _NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+_FOLDS = {(nn.Conv1d, nn.BatchNorm1d): fuse_conv_bn_eval, (nn.Conv2d, nn.BatchNorm2d): fuse_conv_bn_eval,
+          (nn.Conv3d, nn.BatchNorm3d): fuse_conv_bn_eval, (nn.Linear, nn.BatchNorm1d): fuse_linear_bn_eval}
+
+
+def _fuse(module: nn.Module) -> fx.GraphModule:
+    """The traced copy of ``module`` with each BatchNorm that alone reads a layer's output folded into it."""
+    traced = fx.symbolic_trace(copy.deepcopy(module))
+    modules = dict(traced.named_modules())
+    for node in list(traced.graph.nodes):
+        layer = node.args[0] if node.op == "call_module" and node.args else None
+        if not isinstance(layer, fx.Node) or layer.op != "call_module" or len(layer.users) > 1:
+            continue
+        norm = modules[node.target]
+        fold = _FOLDS.get((type(modules[layer.target]), type(norm)))
+        if fold is None or not norm.track_running_stats:
+            continue
+        parent, _, name = layer.target.rpartition(".")
+        modules[layer.target] = fold(modules[layer.target], norm)
+        setattr(modules[parent], name, modules[layer.target])
+        node.replace_all_uses_with(layer)
+        traced.graph.erase_node(node)
+    return fx.GraphModule(traced, traced.graph)
 
 
 def fold_batchnorm(module: nn.Module) -> nn.Module:
@@ -37,7 +61,7 @@ def fold_batchnorm(module: nn.Module) -> nn.Module:
             raise GraphConversionError(f"layer {name!r} ({type(sub).__name__}) tracks no running statistics: "
                                        "it normalises with batch statistics, which no fixed weights reproduce")
     try:
-        folded = fuse(module)
+        folded = _fuse(module)
     except Exception as err:  # fx raises TraceError, TypeError, NotImplementedError, ...
         raise GraphConversionError(f"{type(module).__name__}: torch.fx cannot trace forward ({err})") from err
     left = [name for name, sub in folded.named_modules() if isinstance(sub, _NORMS)]

@@ -231,9 +231,14 @@ class _Chain:
 _ACTIVATION_MODULES = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid", nn.GELU: "gelu", nn.SiLU: "silu",
                        nn.LeakyReLU: "leaky_relu", nn.ELU: "elu", nn.Softplus: "softplus"}
 # parameter-free steps that act on every neuron alike or only on the spatial axes: no activation
-_STRUCTURAL_MODULES = (nn.modules.pooling._AvgPoolNd, nn.modules.pooling._MaxPoolNd,
-                       nn.modules.pooling._AdaptiveAvgPoolNd, nn.modules.pooling._AdaptiveMaxPoolNd,
-                       nn.modules.dropout._DropoutNd, nn.Flatten, nn.Unflatten, nn.Identity)
+_STRUCTURAL_MODULES = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d,
+                       nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d,
+                       nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d,
+                       nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout,
+                       nn.Flatten, nn.Unflatten, nn.Identity)
+# no converter on purpose: converters.fold_batchnorm folds them into the layer before them
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
+                nn.LazyBatchNorm1d, nn.LazyBatchNorm2d, nn.LazyBatchNorm3d)
 _STRUCTURAL_CALLS = {"flatten", "view", "reshape", "contiguous", "mean", "dropout", "mul", "truediv", "add", "sub",
                      "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d", "max_pool2d", "max_pool3d",
                      "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
@@ -498,6 +503,12 @@ class _Walk:
         """Architecture entry of a parameter-free step; a leaf module with parameters has no converter."""
         if node.op == "call_module":
             sub = self.gm.get_submodule(node.target)
+            if isinstance(sub, _BATCH_NORMS):
+                raise GraphConversionError(
+                    f"layer {node.target!r} ({type(sub).__name__}): fold it into the preceding conv or Linear first: "
+                    "`module_to_graph(fold_batchnorm(model.eval()), ...)` "
+                    "(from neuralgraph.graph.converters import fold_batchnorm)"
+                )
             if next(sub.parameters(), None) is not None:
                 cls = type(sub).__name__
                 raise GraphConversionError(

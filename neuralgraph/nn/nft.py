@@ -69,7 +69,10 @@ class NeuronAttentionLayer(MetanetLayer):
     def reset_parameters(self) -> None:
         for lin in (self.node_lin, self.incoming_lin, self.outgoing_lin, self.exchange_out):
             lin.reset_parameters()
-        self.attention._reset_parameters()
+        # nn.MultiheadAttention's own initialisation (its out_proj.weight keeps the Linear init)
+        nn.init.xavier_uniform_(self.attention.in_proj_weight)
+        nn.init.zeros_(self.attention.in_proj_bias)
+        nn.init.zeros_(self.attention.out_proj.bias)
         for module in (self.exchange_residual, self.attention_residual, self.feedforward, self.edge_mlp):
             module.reset_parameters()
 
