@@ -7,6 +7,12 @@
   ``[B, C, d_out, d_in]`` tensors) at equal width ``C`` in and out, equal depth and batch, ReLU
   between layers, from the same ``C``-channel input (encoders excluded on both sides). ``nfn``
   is optional (``pip install -e .[bench]``, see pyproject.toml); without it that table is skipped;
+* the whole weight-space metanetworks as a user trains them, encoder included
+  (``build_metanet(name, hidden_dim=C, num_layers=4)`` on the batch as built, fwd+bwd), against
+  ``nfn``'s input layer (``C_in = 1 -> C``, on nfn's dense ``WeightSpaceFeatures`` of the same
+  weights) then the same 4 layers, ReLU between, both outputs readout-free, at each width of
+  ``--whole-widths`` and thread count of ``--whole-threads`` (``--only-whole``: this table alone);
+  the CPU model, its AVX-512/AVX2 flags and the load average head each table;
 * the sparse GMN layer stack against a dense implementation of the same layers, with a
   ``[B, N, N, d]`` edge tensor as some public code does (same parameters, outputs checked equal);
 * the message-passing metanetworks (``gmn``, ``ng_gnn``, ``ng_t``, ``nft``) at the widths of
@@ -27,7 +33,8 @@ Every contender is timed interleaved with the others in the same process (one st
 then the next repetition), and the median over repetitions is reported, because the machine
 may be shared.
 
-Run: ``python benchmarks/metanet_speed.py [--threads 1] [--repeats 5] [--widths 32 64 128]``.
+Run: ``python benchmarks/metanet_speed.py [--threads 1] [--repeats 5] [--widths 32 64 128]``; the whole-metanet
+table alone: ``--only-whole [--whole-widths 64 128] [--whole-threads 1 2]``.
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ import argparse
 import atexit
 import importlib
 import io
+import os
 import re
 import shutil
 import statistics
@@ -55,6 +63,9 @@ from neuralgraph.graph import mlp_to_graph
 from neuralgraph.nn import METANETS, build_metanet
 from neuralgraph.nn.budget import count_trainable
 from neuralgraph.nn.gmn import GMN, GMNLayer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_description  # noqa: E402
 
 LAYOUT = (2, 32, 32, 1)
 PAPER_CONFIGS = {"gmn": {"hidden_dim": 128, "num_layers": 10}, "dws": {"hidden_dim": 32, "num_layers": 4}}
@@ -310,6 +321,62 @@ def nfn_step(peer: str, batch: int, channels: int, num_layers: int, device, sync
     return backward_step(forward, sync)
 
 
+def nfn_whole_step(peer: str, weights: list[Tensor], biases: list[Tensor], channels: int, num_layers: int,
+                   sync) -> Callable[[], None]:
+    """Forward+backward of ``nfn``'s input layer (1 -> ``channels``) and ``num_layers`` layers of class ``peer``,
+    ReLU between, on nfn's ``WeightSpaceFeatures`` ``[B, 1, d_out, d_in]`` of ``weights`` and ``biases``."""
+    from nfn import layers as nfn_layers
+    from nfn.common import ArraySpec, NetworkSpec, WeightSpaceFeatures
+
+    spec = NetworkSpec([ArraySpec(tuple(w.shape[1:])) for w in weights], [ArraySpec(tuple(b.shape[1:])) for b in biases])
+    device = weights[0].device
+    stack = [getattr(nfn_layers, peer)(spec, c_in, channels).to(device) for c_in in [1] + [channels] * num_layers]
+    features = WeightSpaceFeatures([w.unsqueeze(1) for w in weights], [b.unsqueeze(1) for b in biases])
+
+    def forward():
+        out = features
+        for i, layer in enumerate(stack):
+            out = layer(out)
+            if i < num_layers:
+                out = out.map(torch.relu)
+        return (*out.weights, *out.biases)
+
+    return backward_step(forward, sync)
+
+
+def whole_comparison(graph, weights: list[Tensor], biases: list[Tensor], args, sync) -> dict:
+    """Whole metanets, encoder included, against ``nfn``'s input layer and layer stack, per thread count and width."""
+    try:
+        import nfn  # noqa: F401
+    except ImportError:
+        print("\nnfn package absent: the whole-metanet comparison with nfn is skipped "
+              "(pip install --no-deps nfn einops, see the bench extra in pyproject.toml)")
+        return {}
+    table, threads_before = {}, torch.get_num_threads()
+    for threads in args.whole_threads:
+        torch.set_num_threads(threads)
+        print(f"\nwhole metanets, encoder included, vs nfn input layer + {args.num_layers} layers, fwd+bwd, batch "
+              f"{args.batch}, {threads} threads, median of {args.repeats} interleaved repetitions (graphs/s); "
+              f"{cpu_description()}; load average {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+        print(f"{'metanet':<9}{'C':>5}{'ours':>9}{'nfn':>9}  {'peer':<10}{'ours/nfn':>9}")
+        for channels in args.whole_widths:
+            steps = {}
+            for name in NFN_PEERS:
+                model = build_metanet(name, hidden_dim=channels, num_layers=args.num_layers,
+                                      max_layers=len(weights)).to(graph.x.device)
+                steps[name] = backward_step(lambda model=model: model(graph), sync)
+            for peer in sorted(set(NFN_PEERS.values())):
+                steps[peer] = nfn_whole_step(peer, weights, biases, channels, args.num_layers, sync)
+            rates = interleaved_rates(steps, args.batch, args.repeats)
+            for name, peer in NFN_PEERS.items():
+                ours, other = rates[name], rates[peer]
+                table[f"{name}_C{channels}_t{threads}"] = {"ours": ours, "nfn": other, "peer": peer, "threads": threads,
+                                                           "load": os.getloadavg()[0]}
+                print(f"{name:<9}{channels:>5}{ours:>9.1f}{other:>9.1f}  {peer:<10}{ours / other:>8.2f}x")
+    torch.set_num_threads(threads_before)
+    return table
+
+
 def nfn_comparison(graph, args, device, sync) -> dict:
     """Ours (dense and general path) against the ``nfn`` package per architecture and width."""
     try:
@@ -347,6 +414,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--widths", type=int, nargs="+", default=[32, 64, 128],
                         help="channel widths C of the comparison with the nfn package")
+    parser.add_argument("--whole-widths", type=int, nargs="+", default=[64, 128],
+                        help="channel widths C of the whole-metanet comparison with the nfn package")
+    parser.add_argument("--whole-threads", type=int, nargs="+", default=[1, 2],
+                        help="thread counts of the whole-metanet comparison (each its own table)")
+    parser.add_argument("--only-whole", action="store_true", help="run the whole-metanet comparison with nfn only")
     parser.add_argument("--baseline", default=BASELINE_COMMIT, help="git commit of the baseline metanetworks")
     parser.add_argument("--baseline-metanets", nargs="*", default=list(BASELINE_METANETS),
                         help="metanetworks timed against --baseline (none: skip the comparison)")
@@ -371,8 +443,11 @@ def main(argv=None) -> dict:
     print(f"device {device}, {args.threads} threads, batch {args.batch} x {LAYOUT}: "
           f"{graph.num_nodes} nodes, {graph.num_edges} edges; hidden_dim {args.hidden_dim}, {args.num_layers} layers")
 
-    print(f"torch-scatter {'present' if WITH_TORCH_SCATTER else 'absent'}")
+    print(f"torch-scatter {'present' if WITH_TORCH_SCATTER else 'absent'}; {cpu_description()}")
     results = {"rates": {}, "device": device.type, "threads": args.threads}
+    if args.only_whole:
+        results["whole"] = whole_comparison(graph, weights, biases, args, sync)
+        return results
     results["baseline"] = baseline_comparison(graph, args, sync) if args.baseline_metanets else {}
     if args.only_baseline:
         if args.profile:
@@ -387,6 +462,7 @@ def main(argv=None) -> dict:
     for name, model in models.items():
         print(f"{name:<10}{count_trainable(model):>10}{results['rates'][name]:>12.1f}")
     results["nfn"] = nfn_comparison(graph, args, device, sync)
+    results["whole"] = whole_comparison(graph, weights, biases, args, sync)
 
     gmn = GMN(args.hidden_dim, args.num_layers).to(device)
     node0, edge0, context = gmn.encoder(graph)

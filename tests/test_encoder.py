@@ -39,3 +39,21 @@ def test_standardised_model_stays_permutation_invariant():
     before = readout(g := mlp_to_graph(weights, biases), *model(g))
     after = readout(h := mlp_to_graph(*permute_mlp(weights, biases, perms)), *model(h))
     torch.testing.assert_close(before, after, rtol=0, atol=1e-10)
+
+
+def test_per_graph_edge_embeddings_equal_the_gathered_rows():
+    """On a canonical batch the edge embeddings of one graph are broadcast over the batch; the general
+    path (dense=False) gathers one per row: same features and gradients."""
+    weights, biases = scaled_mlps(seed=3)
+    graph = mlp_to_graph(weights, biases)
+    model = build_metanet("dws", hidden_dim=6, num_layers=1, max_layers=3).double()
+    results = []
+    for dense in (None, False):
+        model.encoder.dense = dense
+        model.zero_grad()
+        node, edge, context = model.encoder(graph)
+        assert (context.widths is None) == (dense is False)
+        (node.sin().sum() + edge.cos().sum()).backward()
+        results.append([node, edge] + [p.grad.clone() for p in model.encoder.parameters() if p.grad is not None])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)

@@ -29,6 +29,31 @@ def test_comparison_rows_per_architecture_and_width():
         assert min(row["dense"], row["general"], row["nfn"]) > 0
 
 
+def test_whole_metanet_rows_per_architecture_width_and_threads():
+    """Encoder included on our side, nfn's 1 -> C input layer on theirs, from the same weights."""
+    pytest.importorskip("nfn")
+    layout = metanet_speed.LAYOUT
+    weights = [torch.randn(ARGS.batch, o, i) for i, o in zip(layout, layout[1:])]
+    biases = [torch.randn(ARGS.batch, o) for o in layout[1:]]
+    args = argparse.Namespace(**vars(ARGS), whole_widths=[4], whole_threads=[1])
+    table = metanet_speed.whole_comparison(mlp_to_graph(weights, biases), weights, biases, args, lambda: None)
+    assert sorted(table) == ["dws_C4_t1", "nfn_hnp_C4_t1", "nfn_np_C4_t1"]
+    for name, row in table.items():
+        assert row["peer"] == metanet_speed.NFN_PEERS[name.split("_C")[0]] and row["threads"] == 1
+        assert min(row["ours"], row["nfn"]) > 0
+
+
+def test_cpu_description_names_the_vector_extensions(monkeypatch, tmp_path):
+    import machine
+
+    flags = {"flags": "fpu sse2 avx avx2 fma avx512f avx512bw", "model name": "Some CPU"}
+    monkeypatch.setattr(machine, "_cpuinfo_field", lambda prefix: flags.get(prefix, ""))
+    assert machine.cpu_description().startswith("Some CPU (AVX-512+AVX2+FMA), ")
+    assert machine.cpu_short() == "Some CPU, AVX-512"
+    flags["flags"] = "fpu sse2"
+    assert machine.cpu_isa() == "SSE only"
+
+
 def test_comparison_skipped_with_a_message_without_nfn(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "nfn", None)  # import nfn raises ImportError
     assert metanet_speed.nfn_comparison(graph(), ARGS, torch.device("cpu"), lambda: None) == {}

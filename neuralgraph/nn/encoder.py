@@ -43,6 +43,7 @@ blocks) and, on request, nodes and edges grouped by layer (:class:`LayerIndex`).
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple, Optional
 
@@ -93,11 +94,27 @@ def uniform_widths(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, e
     if num_graphs < 1 or N == 0 or E == 0 or N % num_graphs or E % num_graphs:
         return None
     n, e = N // num_graphs, E // num_graphs
-    widths = torch.bincount(node_layer[:n])
-    sizes = widths.tolist()
+    sizes = tuple(torch.bincount(node_layer[:n]).tolist())
     if sum(d_in * d_out for d_in, d_out in zip(sizes, sizes[1:])) != e:
         return None
-    device = node_layer.device
+    layer, position, edge_layers, ends = canonical_layout(sizes, node_layer.device)
+    shift = torch.arange(num_graphs, device=node_layer.device)[:, None]
+    canonical = (
+        bool((batch.view(num_graphs, n) == shift).all())
+        and bool((node_layer.view(num_graphs, n) == layer).all())
+        and bool((node_index.view(num_graphs, n) == position).all())
+        and bool((edge_layer.view(num_graphs, e) == edge_layers).all())
+        and bool((edge_index.view(2, num_graphs, e) == ends[:, None] + shift * n).all())
+    )
+    return sizes if canonical else None
+
+
+@functools.lru_cache(maxsize=32)
+def canonical_layout(sizes: tuple[int, ...], device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``node_layer``, ``node_index``, ``edge_layer`` and ``edge_index`` (``[2, e]``) of one graph of node-layer
+    widths ``sizes`` stored canonically; built once per layout and device (read only), since every batch of a
+    dataset has the same."""
+    widths = torch.tensor(sizes, device=device)
     layer = torch.repeat_interleave(torch.arange(len(sizes), device=device), widths)
     position = torch.cat([torch.arange(d, device=device) for d in sizes])
     offset = [0, *torch.tensor(sizes).cumsum(0).tolist()]
@@ -105,17 +122,8 @@ def uniform_widths(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, e
                         for l, (d_in, d_out) in enumerate(zip(sizes, sizes[1:]))])
     target = torch.cat([offset[l + 1] + torch.arange(d_out, device=device).repeat_interleave(d_in)
                         for l, (d_in, d_out) in enumerate(zip(sizes, sizes[1:]))])
-    edge_layers = torch.repeat_interleave(torch.arange(len(sizes) - 1, device=device),
-                                          widths[:-1] * widths[1:])
-    shift = torch.arange(num_graphs, device=device)[:, None]
-    canonical = (
-        bool((batch.view(num_graphs, n) == shift).all())
-        and bool((node_layer.view(num_graphs, n) == layer).all())
-        and bool((node_index.view(num_graphs, n) == position).all())
-        and bool((edge_layer.view(num_graphs, e) == edge_layers).all())
-        and bool((edge_index.view(2, num_graphs, e) == torch.stack([source, target])[:, None] + shift * n).all())
-    )
-    return tuple(sizes) if canonical else None
+    edge_layers = torch.repeat_interleave(torch.arange(len(sizes) - 1, device=device), widths[:-1] * widths[1:])
+    return layer, position, edge_layers, torch.stack([source, target])
 
 
 def dense_widths(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge_layer: Tensor, batch: Tensor,
@@ -421,13 +429,20 @@ class GraphEncoder(nn.Module):
             zeros = torch.zeros_like(edge_attr)
             edge_attr = torch.cat([torch.cat([edge_attr, zeros], 1), torch.cat([zeros, edge_attr], 1)])
         node, edge = self.node_lift(x), self.edge_lift(edge_attr)
-        node_position, edge_position = self.node_position(node_position), self.edge_position(context.edge_layer)
+        # a canonical batch repeats one graph's edge layers: embed those once, broadcast over the graphs
+        per_graph = context.widths is not None and not self.reverse_edges and self.edge_kind_embedding is None
+        edge_layer = context.edge_layer[: context.num_edges // context.num_graphs] if per_graph else context.edge_layer
+        node_position, edge_position = self.node_position(node_position), self.edge_position(edge_layer)
         node_position, edge_position = self._structure_embeddings(graph, node_position, edge_position)
+        rows = edge.shape
+        if per_graph:
+            edge = edge.view(context.num_graphs, -1, rows[-1])
         if self.scaling is None:
             node, edge = node + node_position, edge + edge_position
         else:
             node = torch.where(context.hidden.unsqueeze(-1), node * node_position, node + node_position)
             edge = edge * edge_position
+        edge = edge.view(rows)
         if self.weight_features is not None:
             node_term, edge_term = self.weight_features(graph)
             if node_term is not None:

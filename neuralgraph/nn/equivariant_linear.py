@@ -30,7 +30,8 @@ encoder (:class:`~neuralgraph.nn.encoder.LayerIndex`).
 view ``[B, d_k, C]`` and edge layer ``l`` a view ``[B, d_{l+1}, d_l, C]`` of the feature rows:
 edge means are means over an axis, per-node terms broadcast instead of being gathered, and
 fold/unfold are reshapes (:func:`dense_fold`, :func:`dense_unfold`). The general path (index
-scatters and gathers) serves every other batch; both compute the same function.
+scatters and gathers) serves every other batch; both compute the same function. A
+:class:`WeightSpaceMetanet` folds such a batch once for all its layers and unfolds once at the end.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch_geometric.utils import scatter
 
+from neuralgraph.graph.core import Graph
 from neuralgraph.nn.base import Metanet, MetanetLayer
 from neuralgraph.nn.encoder import LayerIndex
 
@@ -168,6 +170,29 @@ def dense_fold(x: Tensor, edge_attr: Tensor, widths: Sequence[int], fixed: Optio
     return WeightSpace(hidden, edges[1 : L - 1], graph)
 
 
+def zero_channels(state: Tensor, start: int, stop: int) -> Tensor:
+    """``state`` with channels ``[start, stop)`` set to zero (a copy; ``state`` itself when the range is empty)."""
+    if stop <= start:
+        return state
+    return torch.cat([state[..., :start], state.new_zeros(*state.shape[:-1], stop - start), state[..., stop:]], dim=-1)
+
+
+def dense_refold(space: WeightSpace, widths: Sequence[int], fixed: Optional[tuple[int, int]],
+                 channels: int) -> WeightSpace:
+    """``dense_fold(*dense_unfold(space))`` without unfolding: the folded input/output slots past the
+    graphs' neurons (which a layer's output fills) set back to zero, every other tensor as it is."""
+    if fixed is None:
+        return space
+    C, (max_inputs, max_outputs), (d_0, d_L) = channels, fixed, (widths[0], widths[-1])
+    nodes = list(space.nodes)
+    nodes[0] = zero_channels(nodes[0], (1 + d_0) * C, (1 + max_inputs) * C)
+    width = nodes[-1].shape[-1]
+    nodes[-1] = zero_channels(nodes[-1], width - (max_outputs - d_L) * C, width)
+    graph = zero_channels(zero_channels(space.graph, d_0 * C, max_inputs * C),
+                          (max_inputs + d_L) * C, (max_inputs + max_outputs) * C)
+    return WeightSpace(nodes, space.edges, graph)
+
+
 def dense_unfold(space: WeightSpace, widths: Sequence[int], fixed: Optional[tuple[int, int]],
                  channels: int) -> tuple[Tensor, Tensor]:
     """Inverse of :func:`dense_fold`: node features ``[B N, C]`` and edge features ``[B E, C]``."""
@@ -247,17 +272,28 @@ class TermMixer(nn.Module):
 
         ``index=None``: the terms are used as they are and broadcast against each other (the
         dense path passes ``[B, d_out, 1, w]``, ``[B, 1, d_in, w]``, ...). Each source costs one
-        matmul (the groups' matrices are assembled into one, the scale folded in), and the parts
-        are summed from the smallest up, so each broadcast is paid once at the output's size.
+        matmul (the groups' matrices are assembled into one, the scale folded in). The other
+        parts are summed from the smallest up, so each broadcast is paid once at the output's
+        size, and the ungathered source with the most rows (the site's own terms) is added by
+        its matmul (``addmm``): one output-sized tensor fewer.
         """
-        parts = [self.scale * sum(self.bias.values())]
+        weights = {}
         for source, runs in self.runs.items():
+            blocks = [self.maps[f"{source}_{group}"].weight[:, first:last] for group, first, last in runs]
+            weight = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
+            weights[source] = weight if self.scale == 1.0 else self.scale * weight
+        largest = max((source for source in weights if inputs[source][1] is None),
+                      key=lambda source: inputs[source][0].numel() // inputs[source][0].shape[-1])
+        parts = [self.scale * sum(self.bias.values())]
+        for source, weight in weights.items():
             terms, index = inputs[source]
-            weights = [self.maps[f"{source}_{group}"].weight[:, first:last] for group, first, last in runs]
-            weight = weights[0] if len(weights) == 1 else torch.cat(weights, dim=1)
-            mapped = F.linear(terms, weight if self.scale == 1.0 else self.scale * weight)
-            parts.append(mapped if index is None else mapped[index])
-        return sum(sorted(parts, key=Tensor.numel))
+            if source != largest:
+                mapped = F.linear(terms, weight)
+                parts.append(mapped if index is None else mapped[index])
+        terms, rest = inputs[largest][0], sum(sorted(parts, key=Tensor.numel))
+        shape = torch.broadcast_shapes(rest.shape, (*terms.shape[:-1], rest.shape[-1]))
+        return torch.addmm(rest.expand(shape).reshape(-1, shape[-1]), terms.reshape(-1, terms.shape[-1]),
+                           weights[largest].t()).view(shape)
 
 
 class NPLinear(nn.Module):
@@ -325,10 +361,12 @@ class NPLinear(nn.Module):
         """``index`` covers exactly the layers of ``space``; ``None``: ``space`` is dense (see :class:`WeightSpace`)."""
         K = self.num_edge_layers
         if index is None:  # means over the axes of [B, d_{l+1}, d_l, C] blocks; terms broadcast
-            terms = [torch.cat([state, *([space.edges[k - 1].mean(2)] if k > 0 else []),
-                                *([space.edges[k].mean(1)] if k < K else [])], dim=2)
+            incoming = [edges.mean(2) for edges in space.edges]
+            outgoing = [edges.mean(1) for edges in space.edges]
+            terms = [torch.cat([state, *incoming[k - 1 : k], *outgoing[k : k + 1]], dim=2)
                      for k, state in enumerate(space.nodes)]
-            pooled = torch.cat([state.mean(1) for state in space.nodes] + [edges.mean((1, 2)) for edges in space.edges]
+            # a layer's mean is the mean of its column means: its backward reads the small [B, d_l, C] blocks
+            pooled = torch.cat([state.mean(1) for state in space.nodes] + [column.mean(1) for column in outgoing]
                                + ([] if space.graph is None else [space.graph]), dim=1)
             nodes = [mixer({"self": (terms[k], None), "graph": (pooled[:, None], None)})
                      for k, mixer in enumerate(self.node_mixers)]
@@ -428,18 +466,22 @@ class EquivariantLinear(MetanetLayer):
     def reset_parameters(self) -> None:
         self.np_linear.reset_parameters()
 
+    def check_layers(self, layers: Optional[LayerIndex]) -> None:
+        """ValueError unless ``layers`` is given and every graph has ``num_weight_layers`` weight layers."""
+        if layers is None:
+            raise ValueError("EquivariantLinear needs layers=LayerIndex (encoder option layer_index=True, "
+                             "or neuralgraph.nn.encoder.layer_index)")
+        if layers.depths != (self.num_weight_layers,):
+            raise ValueError(
+                f"graph layouts have {list(layers.depths)} weight layers but the layer was built for "
+                f"num_weight_layers={self.num_weight_layers} (its parameters are per layer)"
+            )
+
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, layers: Optional[LayerIndex],
                 num_graphs: int) -> tuple[Tensor, Tensor]:
         """``layers``: the nodes and edges of ``(x, edge_index, edge_attr)`` grouped by layer."""
         L = self.num_weight_layers
-        if layers is None:
-            raise ValueError("EquivariantLinear needs layers=LayerIndex (encoder option layer_index=True, "
-                             "or neuralgraph.nn.encoder.layer_index)")
-        if layers.depths != (L,):
-            raise ValueError(
-                f"graph layouts have {list(layers.depths)} weight layers but the layer was built for "
-                f"num_weight_layers={L} (its parameters are per layer)"
-            )
+        self.check_layers(layers)
         if layers.widths is not None:
             space = self.np_linear(dense_fold(x, edge_attr, layers.widths, self.fixed), None, num_graphs)
             x, edge_attr = dense_unfold(space, layers.widths, self.fixed, self.channels)
@@ -450,6 +492,16 @@ class EquivariantLinear(MetanetLayer):
         if self.activation:
             x, edge_attr = self.dropout(torch.relu(x)), self.dropout(torch.relu(edge_attr))
         return x, edge_attr
+
+    def dense_forward(self, space: WeightSpace, widths: Sequence[int], num_graphs: int) -> WeightSpace:
+        """The layer on the folded dense blocks of a canonical batch (:func:`dense_fold`), its output
+        folded again (:func:`dense_refold`): what ``forward`` computes, without unfolding to rows.
+        Without dropout only (the masks would be drawn in another order than on rows)."""
+        space = dense_refold(self.np_linear(space, None, num_graphs), widths, self.fixed, self.channels)
+        if not self.activation:
+            return space
+        return WeightSpace([torch.relu(state) for state in space.nodes], [torch.relu(edges) for edges in space.edges],
+                           None if space.graph is None else torch.relu(space.graph))
 
 
 class WeightSpaceMetanet(Metanet):
@@ -498,3 +550,24 @@ class WeightSpaceMetanet(Metanet):
             )
             for i in range(num_layers)
         )
+
+    def forward(self, graph: Graph) -> tuple[Tensor, Tensor]:
+        """As :meth:`Metanet.forward`; on a canonical one-layout batch (``LayerIndex.widths``) the
+        features are folded into dense blocks once, every layer runs on them
+        (:meth:`EquivariantLinear.dense_forward`) and they are unfolded once, instead of a
+        fold and an unfold of every edge row per layer. Layers compiled in place
+        (``nn.Module.compile``, which sets ``_compiled_call_impl``) or dropout in training run one
+        by one on rows."""
+        node, edge, context = self.encoder(graph)
+        widths = context.layers.widths
+        if (widths is None or not self.layers or (self.training and self.dropout > 0)
+                or any(layer._compiled_call_impl is not None for layer in self.layers)):
+            for layer in self.layers:
+                node, edge = layer(node, context.edge_index, edge, **layer.context_arguments(context))
+            return node, edge
+        first = self.layers[0]
+        first.check_layers(context.layers)
+        space = dense_fold(node, edge, widths, first.fixed)
+        for layer in self.layers:
+            space = layer.dense_forward(space, widths, context.num_graphs)
+        return dense_unfold(space, widths, first.fixed, self.hidden_dim)
