@@ -192,14 +192,61 @@ def siren_layout(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> tuple[i
     return tuple(layout)
 
 
+class _ChannelMajorSiren(torch.autograd.Function):
+    """A batch of SIRENs on ``[B, d, P]`` activations (pixels last), with a hand-written backward.
+
+    Each layer is one ``bmm`` of an augmented matrix ``[W | b]`` (``w0`` already folded into the
+    sine layers') with activations carrying a row of ones, so biases and their gradients ride in
+    the same matmuls. When gradients are wanted the forward overwrites each pre-activation with
+    its cosine: per hidden layer one ``sin``, one ``cos`` and one product over the activations, and
+    half as many new ``[B, d, P]`` tensors as autograd's graph (fresh memory page-faults, which costs
+    about a pass). These passes dominate an OCE step (``k B`` networks on every pixel; benchmarks/oce_cost.py --step).
+    """
+
+    @staticmethod
+    def forward(ctx, inputs: Tensor, *layers: Tensor) -> Tensor:
+        """``inputs`` ``[d_0 + 1, P]`` (last row ones), ``layers[l]`` ``[B, d_l, d_{l-1} + 1]`` -> ``[B, P]``."""
+        wants_grad = any(ctx.needs_input_grad)
+        ctx.num_layers = len(layers)
+        h = inputs.expand(layers[0].shape[0], *inputs.shape)
+        saved = []
+        for a in layers[:-1]:
+            z = torch.bmm(a, h)
+            h = z.new_empty(z.shape[0], z.shape[1] + 1, z.shape[2])
+            torch.sin(z, out=h[:, :-1])
+            h[:, -1] = 1
+            if wants_grad:
+                saved += [torch.cos(z, out=z), h]
+        ctx.save_for_backward(inputs, *layers, *saved)
+        return torch.bmm(layers[-1], h).squeeze(1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+        inputs, *rest = ctx.saved_tensors
+        L = ctx.num_layers
+        layers, cosines = rest[:L], rest[L::2]
+        activations = [inputs.expand(layers[0].shape[0], *inputs.shape), *rest[L + 1::2]]
+        g = grad.unsqueeze(1)  # the loss's gradient w.r.t. layer l's output, [B, d_l, P]
+        grads = [torch.bmm(g, activations[-1].transpose(1, 2))]
+        g = torch.mul(cosines[-1], layers[-1][:, 0, :-1, None]).mul_(g)  # through the one-output last layer
+        for l in range(L - 2, -1, -1):
+            grads.insert(0, torch.bmm(g, activations[l].transpose(1, 2)))
+            if l > 0:
+                g = torch.bmm(layers[l][:, :, :-1].transpose(1, 2), g).mul_(cosines[l - 1])
+        return None, *grads
+
+
 def render(weights: Sequence[Tensor], biases: Sequence[Tensor], resolution: int | tuple[int, int] = 28,
            convention: SirenConvention = DWS_MNIST) -> Tensor:
     """Images of ``B`` INRs, ``[B, H, W]`` (``[H, W]`` for unbatched weights); differentiable.
 
     ``weights[l]`` is ``[B, d_out, d_in]`` and ``biases[l]`` is ``[B, d_out]``, as
-    ``graph_to_mlp`` returns them for a batch; all INRs are evaluated by batched matmuls.
+    ``graph_to_mlp`` returns them for a batch; all INRs are evaluated by batched matmuls on
+    pixel-last activations (:class:`_ChannelMajorSiren`), ``k`` OCE members as ``k B`` INRs.
     ``convention`` gives ``w0``, the grid and the offset; the layout is read from the tensors
-    (:func:`siren_layout`), never from ``convention.layout``.
+    (:func:`siren_layout`), never from ``convention.layout``. Gradients flow to the weights and
+    biases (once: no double backward).
 
     Always computed in at least float32, with any active autocast (e.g. Lightning's
     ``precision="bf16-mixed"``) turned off: ``sin(w0 x)`` multiplies bfloat16's 3e-3 relative
@@ -214,12 +261,11 @@ def render(weights: Sequence[Tensor], biases: Sequence[Tensor], resolution: int 
     single = weights[0].dim() == 2
     if single:
         weights, biases = [w.unsqueeze(0) for w in weights], [b.unsqueeze(0) for b in biases]
-    h = grid_coordinates(height, width, convention, weights[0].device, weights[0].dtype)
-    for l, (w, b) in enumerate(zip(weights, biases), start=1):
-        h = torch.matmul(h, w.transpose(1, 2)) + b.unsqueeze(1)
-        if l < len(weights):
-            h = torch.sin(convention.w0 * h)
-    images = (h.squeeze(-1) + convention.output_offset).view(-1, height, width)
+    coords = grid_coordinates(height, width, convention, weights[0].device, weights[0].dtype)
+    inputs = torch.cat([coords.t(), coords.new_ones(1, coords.shape[0])])
+    layers = [torch.cat([w, b.unsqueeze(-1)], dim=-1) for w, b in zip(weights, biases)]
+    layers = [convention.w0 * a for a in layers[:-1]] + layers[-1:]
+    images = (_ChannelMajorSiren.apply(inputs, *layers) + convention.output_offset).view(-1, height, width)
     return images[0] if single else images
 
 

@@ -82,6 +82,16 @@ def test_runner_refuses_a_recorded_run_made_with_other_settings(tmp_path, monkey
         smoke(tmp_path)
 
 
+def test_a_run_recorded_before_the_width_setting_counts_as_exact_matching(tmp_path):
+    settings = dilation.run_settings(dilation.PROTOCOLS["cpu"], "gmn", 8)
+    older = {key: value for key, value in settings.items() if key != "budget_width_multiple"}
+    runs = [{"arch": "gmn", "k": 8, "seed": 0, "settings": older}]
+    assert dilation.recorded(runs, "gmn", 8, 0, settings, tmp_path / "r.json")
+    runs[0]["settings"] = {**settings, "budget_width_multiple": 8}
+    with pytest.raises(ValueError, match=r"r.json: gmn k=8 seed=0 was run with budget_width_multiple=8, this protocol asks 1"):
+        dilation.recorded(runs, "gmn", 8, 0, settings, tmp_path / "r.json")
+
+
 def test_write_atomic_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch):
     path = tmp_path / "results.json"
     dilation.write_atomic(path, "old")
@@ -143,7 +153,10 @@ def test_decoder_variants_match_the_gmn_budget_counting_their_decoder(variant):
     from neuralgraph.nn.budget import match_budget, model_parameters
 
     settings = dilation.run_settings(dilation.PROTOCOLS["cpu"], variant, 8)
-    match = match_budget(settings["metanet"], settings["metanet_config"], 8, members=settings["decoder_members"])
+    # the protocol's exact width search, as the paper compares at the budget
+    assert settings["budget_width_multiple"] == 1
+    match = match_budget(settings["metanet"], settings["metanet_config"], 8, members=settings["decoder_members"],
+                         width_multiple=settings["budget_width_multiple"])
     target = model_parameters(*dilation.CPU_REFERENCE, 1)[0]
     assert match.reference_params == target and 0.95 * target <= match.params <= target
 
@@ -160,7 +173,26 @@ def test_oce_cost_counts_the_output_network_as_members_and_as_one_merged_network
     layout = [2, 64, 64, 1]  # merged: 2-(32k)-(32k)-1
     assert editor.static["output_parameters_members"] == 2 * (2 * 32 + 32 + 32 * 32 + 32 + 32 + 1)
     assert editor.static["output_parameters_merged"] == sum(a * b + b for a, b in zip(layout, layout[1:]))
-    assert editor.static["hidden_dim"] == 63 and set(editor.calls) >= {"train_s_per_epoch", "render_merged_ms_b256"}
+    assert editor.static["hidden_dim"] == 56 and set(editor.calls) >= {"train_s_per_epoch", "render_merged_ms_b256"}
+
+
+def test_oce_step_section_replaces_itself_and_labels_costs_of_other_widths(tmp_path, monkeypatch):
+    import oce_cost
+
+    monkeypatch.setattr(oce_cost, "RESULTS", tmp_path)
+    names = ("k=1 h=64 autograd render", "k=1 h=64 batched render", "k=8 h=56 batched render")
+    step = {"date": "2026-12-01", "cpu": "CPU X (avx2)", "platform": "p", "torch": "t", "rounds": 3,
+            "hidden_dim_after": 56, "threads": {"1": {"step_s": dict(zip(names, (0.5, 0.4, 0.5))), "load": [1.0, 2.0],
+                                                      "ratio_before": 1.6, "ratio_after": 1.25}}}
+    (tmp_path / "oce_step_m.json").write_text(json.dumps(step))
+    costs = {"costs": [{"k": 1, "hidden_dim": 64}, {"k": 8, "hidden_dim": 63}]}
+    (tmp_path / "oce_cost_m.json").write_text(json.dumps(costs))
+    (tmp_path / "oce_curve_m.md").write_text("# curve\n\n| table |\n")
+    oce_cost.write_step_section("m")
+    text = oce_cost.write_step_section("m").read_text()  # a second write replaces the section
+    assert text.startswith("# curve\n\n| table |\n\n") and text.count(oce_cost.STEP_SECTION) == 1
+    assert "on CPU X (avx2)" in text and "older measurement (hidden_dim 63 at k > 1" in text
+    assert "| 1 | 1.0, 2.0 | 500 | 400 | 500 | 1.60 | 1.25 |" in text
 
 
 def test_ensemble_of_editors_averages_their_renders(tiny_inrs):

@@ -1,6 +1,8 @@
 """WeightDecoder indexing, InvariantReadout, merge_ensemble exactness and match_budget."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -173,15 +175,17 @@ def test_merge_errors():
         merge_ensemble([torch.zeros(1, 2, 3, 2), torch.zeros(1, 3, 1, 3)], [torch.zeros(1, 2, 3), torch.zeros(1, 3, 1)])
 
 
+@pytest.mark.parametrize("width_multiple", [1, 8])
 @pytest.mark.parametrize("name, cfg", [("gmn", {"hidden_dim": 32, "num_layers": 2}),
-                                       ("ng_t", {"hidden_dim": 32, "num_layers": 2, "num_heads": 4})])
-def test_match_budget_finds_the_largest_width(name, cfg):
-    match = match_budget(name, cfg, k=4)
+                                       ("ng_t", {"hidden_dim": 32, "num_layers": 2, "num_heads": 4}),
+                                       ("ng_t", {"hidden_dim": 36, "num_layers": 2, "num_heads": 6})])
+def test_match_budget_finds_the_largest_width(name, cfg, width_multiple):
+    match = match_budget(name, cfg, k=4, width_multiple=width_multiple)
     reference, _ = model_parameters(name, cfg, 1)
     assert match.reference_params == reference
     assert match.params <= reference
     width = match.config["hidden_dim"]
-    step = cfg.get("num_heads", 1)
+    step = math.lcm(width_multiple, cfg.get("num_heads", 1))  # 24 for 6 heads in steps of 8
     assert width % step == 0 and width < cfg["hidden_dim"]
     assert model_parameters(name, {**cfg, "hidden_dim": width}, 4)[0] == match.params
     assert model_parameters(name, {**cfg, "hidden_dim": width + step}, 4)[0] > reference
@@ -190,8 +194,16 @@ def test_match_budget_finds_the_largest_width(name, cfg):
 
 
 def test_match_budget_fewer_outputs_grow_the_width():
-    match = match_budget("gmn", {"hidden_dim": 8, "num_layers": 1}, k=1, reference_k=64)
+    match = match_budget("gmn", {"hidden_dim": 8, "num_layers": 1}, k=1, reference_k=64, width_multiple=1)
     assert match.config["hidden_dim"] > 8 and match.params <= match.reference_params
+    assert match_budget("gmn", {"hidden_dim": 8, "num_layers": 1}, k=1, reference_k=64).config["hidden_dim"] == 8
+
+
+def test_match_budget_falls_back_to_exact_widths_below_the_first_multiple_of_8():
+    cfg = {"hidden_dim": 8, "num_layers": 1}
+    assert model_parameters("gmn", cfg, 4)[0] > model_parameters("gmn", cfg, 1)[0]  # 8 is over the k=4 budget
+    assert match_budget("gmn", cfg, k=4) == match_budget("gmn", cfg, k=4, width_multiple=1)
+    assert 0 < match_budget("gmn", cfg, k=4).config["hidden_dim"] < 8
 
 
 def test_match_budget_impossible():
@@ -304,7 +316,11 @@ def test_decoder_members_parameter_counts():
     assert count(1, "coupled") == count(1, "independent")
     assert model_parameters("gmn", {"hidden_dim": 8, "num_layers": 1}, 4, members="coupled")[0] > model_parameters(
         "gmn", {"hidden_dim": 8, "num_layers": 1}, 4)[0]
-    match = match_budget("gmn", {"hidden_dim": 32, "num_layers": 2}, k=8, members="coupled")
-    assert match.config["hidden_dim"] < match_budget("gmn", {"hidden_dim": 32, "num_layers": 2}, k=8).config["hidden_dim"]
+    def width(members, width_multiple):
+        return match_budget("gmn", {"hidden_dim": 32, "num_layers": 2}, k=8, members=members,
+                            width_multiple=width_multiple).config["hidden_dim"]
+
+    assert width("coupled", 1) < width("independent", 1)
+    assert width("coupled", 8) <= width("independent", 8)
     with pytest.raises(ValueError, match=r"^WeightDecoder members='shared': choose one of independent, coupled, tied$"):
         WeightDecoder(6, 2, members="shared")

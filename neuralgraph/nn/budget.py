@@ -3,17 +3,25 @@
 Predicting ``k`` networks adds parameters to the decoder; a fair comparison shrinks the
 metanetwork's width until metanet + decoder are no larger than the reference model. Counts
 come from building the modules, so they cannot drift from the code.
+
+Matched widths are multiples of :data:`WIDTH_MULTIPLE` where the budget allows: on CPU a GMN layer
+stack of width 63 (the exact match of GMN 64 at k = 8) trains about 1.5x slower than at 56 or
+64, since matmul kernels fill their vector lanes in steps of 8 (docs/benchmarks.md, "What OCE
+costs per step", tabulates the parameters this gives up).
 """
 from __future__ import annotations
 
 import inspect
-from typing import Any, Mapping, NamedTuple
+import math
+from typing import Any, Callable, Mapping, NamedTuple
 
 from torch import nn
 
 from neuralgraph.nn.encoder import MAX_LAYERS
 from neuralgraph.nn.heads import WeightDecoder
 from neuralgraph.nn.registry import build_metanet, metanet_class
+
+WIDTH_MULTIPLE = 8  # matched widths are multiples of this where the budget allows (see the module docstring)
 
 
 class BudgetMatch(NamedTuple):
@@ -45,33 +53,37 @@ def hidden_dim_step(name: str, cfg: Mapping[str, Any]) -> int:
 
 def match_budget(
     name: str, cfg: Mapping[str, Any], k: int, reference_k: int = 1, max_layers: int = MAX_LAYERS,
-    members: str = "independent",
+    members: str = "independent", width_multiple: int = WIDTH_MULTIPLE,
 ) -> BudgetMatch:
     """The largest ``hidden_dim`` whose metanet + ``WeightDecoder(k, members=members)`` fits the reference budget.
 
-    The reference is ``build_metanet(name, **cfg)`` with ``WeightDecoder(reference_k)``. Widths
-    respect :attr:`Metanet.hidden_dim_multiple_of`. Raises ValueError when even the smallest
-    width is over budget.
+    The reference is ``build_metanet(name, **cfg)`` with ``WeightDecoder(reference_k)``. Widths are
+    multiples of ``lcm(width_multiple, step)``, ``step`` being :attr:`Metanet.hidden_dim_multiple_of`'s
+    value; when even that width is over budget, of ``step`` alone (``width_multiple=1`` always
+    searches those: the exact match). Raises ValueError when even ``step`` is over budget.
     """
     reference_params, _ = model_parameters(name, cfg, reference_k, max_layers)
     step = hidden_dim_step(name, cfg)
 
-    def params_at(multiple: int) -> int:
-        return model_parameters(name, {**cfg, "hidden_dim": multiple * step}, k, max_layers, members)[0]
+    def params_at(width: int) -> int:
+        return model_parameters(name, {**cfg, "hidden_dim": width}, k, max_layers, members)[0]
 
-    if params_at(1) > reference_params:
-        raise ValueError(
-            f"{name} with k={k} exceeds the k={reference_k} budget of {reference_params} parameters "
-            f"even at hidden_dim={step}"
-        )
-    low, high = 1, 2  # params_at(low) fits; grow high until it does not
-    while params_at(high) <= reference_params:
+    for width_step in dict.fromkeys((math.lcm(width_multiple, step), step)):  # aligned, then exact
+        if params_at(width_step) <= reference_params:
+            width = width_step * largest_fitting(lambda m: params_at(m * width_step) <= reference_params)
+            return BudgetMatch({**cfg, "hidden_dim": width}, params_at(width), reference_params)
+    raise ValueError(
+        f"{name} with k={k} exceeds the k={reference_k} budget of {reference_params} parameters "
+        f"even at hidden_dim={step}"
+    )
+
+
+def largest_fitting(fits: Callable[[int], bool]) -> int:
+    """The largest ``m >= 1`` with ``fits(m)``, for ``fits`` true at 1 and monotone (doubling, then bisection)."""
+    low, high = 1, 2  # fits(low); grow high until it does not
+    while fits(high):
         low, high = high, 2 * high
     while high - low > 1:
         middle = (low + high) // 2
-        if params_at(middle) <= reference_params:
-            low = middle
-        else:
-            high = middle
-    config = {**cfg, "hidden_dim": low * step}
-    return BudgetMatch(config, params_at(low), reference_params)
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low

@@ -34,7 +34,7 @@ from neuralgraph.graph.scaling import scaling_invariant
 from neuralgraph.inr import full_precision, render
 from neuralgraph.morphology import EDITS
 from neuralgraph.nn import InvariantReadout, WeightDecoder, build_metanet, match_budget
-from neuralgraph.nn.budget import count_trainable
+from neuralgraph.nn.budget import WIDTH_MULTIPLE, count_trainable
 from neuralgraph.nn.heads import MEMBERS
 from neuralgraph.data.inr_dataset import InrBatch
 from neuralgraph.training.callbacks import EditingGrid, InputStatistics
@@ -212,13 +212,16 @@ class InrEditing(EpochMetricTask):
         edit: name in :data:`neuralgraph.morphology.EDITS`.
         match_budget: shrink ``hidden_dim`` so that metanet + decoder(k) have no more trainable
             parameters than the given config with ``k = 1`` (both counts are logged).
+        budget_width_multiple: budget matching's ``width_multiple`` (:func:`~neuralgraph.nn.match_budget`):
+            matched widths are multiples of 8 where the budget allows; 1 gives the exact match, the
+            width of checkpoints written before matched widths were aligned.
         decoder_members: the decoder's ``members`` (:class:`~neuralgraph.nn.heads.WeightDecoder`):
             ``"independent"`` (OCE), ``"coupled"`` (one network of width ``k h``, rendered as is) or
             ``"tied"`` (``k`` identical members); budget matching counts that decoder.
     """
 
     def __init__(self, *args, k: int = 1, edit: str = "dilation", match_budget: bool = False,
-                 decoder_members: str = "independent", **kwargs):
+                 decoder_members: str = "independent", budget_width_multiple: int = WIDTH_MULTIPLE, **kwargs):
         if edit not in EDITS:
             raise ValueError(f"edit={edit!r}: choose one of {sorted(EDITS)}")
         if decoder_members not in MEMBERS:
@@ -237,11 +240,25 @@ class InrEditing(EpochMetricTask):
         k = self.hparams.k
         if not self.hparams.match_budget or k == 1:
             return config
-        matched = match_budget(self.hparams.metanet, config, k, members=self.hparams.decoder_members)
+        matched = match_budget(self.hparams.metanet, config, k, members=self.hparams.decoder_members,
+                               width_multiple=self.hparams.budget_width_multiple)
         print(f"budget match: {self.hparams.metanet} k={k} ({self.hparams.decoder_members} members) "
               f"hidden_dim={matched.config['hidden_dim']} ({matched.params:,} parameters) vs k=1 hidden_dim={config.get('hidden_dim')} "
               f"({matched.reference_params:,} parameters)")
         return matched.config
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A one-line error naming ``budget_width_multiple`` when the checkpoint's width is another budget match."""
+        check_checkpoint(checkpoint, type(self).__name__, self.hparams, "checkpoint")
+        stored = checkpoint.get("state_dict", {}).get("decoder.edge_head.0.weight")  # [hidden_dim, hidden_dim]
+        width = self.metanet.hidden_dim
+        if self.hparams.match_budget and stored is not None and stored.shape[1] != width:
+            multiple = self.hparams.budget_width_multiple
+            raise ValueError(
+                f"checkpoint: its metanet has hidden_dim={stored.shape[1]}, but match_budget with "
+                f"budget_width_multiple={multiple} builds hidden_dim={width}: set budget_width_multiple to the "
+                f"checkpoint's (1 for checkpoints written before matched widths were aligned to 8)")
+        super().on_load_checkpoint(checkpoint)
 
     def edited_networks(self, graph) -> tuple[list[Tensor], list[Tensor]]:
         """The output INRs per input graph: weights ``[B, k, d_out, d_in]``, biases ``[B, k, d_out]``
