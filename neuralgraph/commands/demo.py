@@ -4,7 +4,8 @@
 2. train a GMN INR editor (3x3 dilation) with k=1 and with k=4 output networks, the latter
    budget-matched to the former, through the same LightningCLI path as ``neuralgraph fit``;
 3. test both at their best-validation checkpoint, print the MSEs side by side and write the
-   PNG grids (input | target | OCE average | members).
+   PNG grids: each run's (input | target | OCE average | members) and ``comparison_test.png``
+   (input | target | each run's output), the same test INRs in every row.
 
 Sizes come from ``neuralgraph/configs/demo.yaml``, package data installed with the wheel (or
 ``--config``); numbers are whatever the run gives.
@@ -29,11 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from neuralgraph.training.callbacks import EditingGrid
     from neuralgraph.training.cli import run_lightning_cli
+    from neuralgraph.training.visualize import save_image_grid
 
     if not args.config.is_file():
         raise ValueError(f"--config {args.config}: no such file")
-    rows = []
+    rows, outputs = [], []
     for k in args.k:
         argv = ["fit", "--config", str(args.config), "--model.init_args.k", str(k),
                 "--model.init_args.match_budget", "true", "--trainer.default_root_dir", str(args.out / f"k{k}")]
@@ -43,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         cli = run_lightning_cli(argv)
         metrics = cli.trainer.callback_metrics
+        [grid] = [callback.written["test"] for callback in cli.trainer.callbacks if isinstance(callback, EditingGrid)]
+        outputs.append((f"k={k}" if k == 1 else f"k={k} avg", grid))
         rows.append({
             "k": k,
             "hidden_dim": cli.model.metanet.hidden_dim,
@@ -60,4 +65,8 @@ def run(args: argparse.Namespace) -> int:
               f"| {r['test_psnr']:.2f} | {r['minutes']:.1f} |")
     for r in rows:
         print(f"k={r['k']} grid: {r['grid']}")
+    first = outputs[0][1]
+    columns = [("input", first["inputs"]), ("target", first["target"])] + [
+        (name, grid["prediction"]) for name, grid in outputs]
+    print(f"side by side: {save_image_grid(args.out / 'comparison_test.png', columns)}")
     return 0

@@ -51,12 +51,14 @@ class EditingGrid(Callback):
     Rows are the first ``rows`` INRs of the stage's first batch (the split's first INRs: the
     val and test loaders do not shuffle), as the model saw them in the loop; columns are
     input | target | OCE average | members (:func:`~neuralgraph.training.visualize.editing_grid`).
-    The val grid shows the last validation epoch; no validation, no val grid.
+    The val grid shows the last validation epoch; no validation, no val grid. ``written[stage]``
+    keeps the tensors of the grid last written (``neuralgraph demo`` sets runs side by side).
     """
 
     def __init__(self, rows: int = 6):
         self.rows = rows
         self.first: dict[str, dict[str, Tensor]] = {}
+        self.written: dict[str, dict[str, Tensor]] = {}
 
     def _keep(self, trainer: L.Trainer, stage: str, outputs: Any, batch: InrBatch, batch_idx: int,
               dataloader_idx: int) -> None:
@@ -80,6 +82,7 @@ class EditingGrid(Callback):
             return None
         path = save_editing_grid(log_dir / f"editing_{stage}.png", grid["inputs"], grid["prediction"],
                                  grid["members"], grid["target"])
+        self.written[stage] = grid
         print(f"wrote {path}")
         return path
 

@@ -1,4 +1,5 @@
-"""PNG grids of INR edits: one row per INR, columns input | target | OCE average | members."""
+"""PNG grids of INR edits: one row per INR, columns input | target | OCE average | members
+(:func:`editing_grid`), or any named columns of images (:func:`image_grid`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,7 +25,15 @@ def editing_grid(
     columns.append(("OCE avg" if members.shape[1] > 1 else "output", average))
     if members.shape[1] > 1:
         columns += [(f"m{i}", members[:, i]) for i in range(members.shape[1])]
-    B, H, W = inputs.shape
+    return image_grid(columns, scale, pad)
+
+
+def image_grid(columns: Sequence[tuple[str, Tensor]], scale: int = 3, pad: int = 2) -> Image.Image:
+    """A grey-scale grid of named columns, each ``[B, H, W]`` in ``[0, 1]`` (clipped), the name on top."""
+    B, H, W = columns[0][1].shape
+    for name, images in columns:
+        if tuple(images.shape) != (B, H, W):
+            raise ValueError(f"image_grid column {name!r}: shape {tuple(images.shape)}, expected {(B, H, W)}")
     cell_h, cell_w = H * scale + pad, max(W * scale, 42) + pad
     header = 12
     canvas = Image.new("L", (cell_w * len(columns) + pad, header + cell_h * B + pad), color=255)
@@ -39,7 +48,15 @@ def editing_grid(
 
 
 def save_editing_grid(path: Path | str, *args, **kwargs) -> Path:
+    return _save(editing_grid(*args, **kwargs), path)
+
+
+def save_image_grid(path: Path | str, *args, **kwargs) -> Path:
+    return _save(image_grid(*args, **kwargs), path)
+
+
+def _save(image: Image.Image, path: Path | str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    editing_grid(*args, **kwargs).save(path)
+    image.save(path)
     return path
