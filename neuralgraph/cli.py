@@ -17,6 +17,8 @@ import os
 import sys
 import warnings
 
+from neuralgraph.commands import one_line
+
 # subcommand -> (module under neuralgraph.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "the main job: INRs from the embedded MNIST subset, GMN editor k=1 vs k=4, PNG grids"),
@@ -36,11 +38,6 @@ DEBUG_ENV = "NEURALGRAPH_DEBUG"
 
 def debug_requested() -> bool:
     return os.environ.get(DEBUG_ENV, "") not in ("", "0")
-
-
-def one_line(message: object) -> str:
-    """``message`` with its lines joined, for a one-line error."""
-    return " ".join(line.strip() for line in str(message).splitlines() if line.strip())
 
 
 class OneLineParser(argparse.ArgumentParser):

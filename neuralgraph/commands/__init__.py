@@ -1,5 +1,6 @@
 """The subcommands of ``neuralgraph`` (one module each) and what they share: argument types that
-refuse bad values at parse time, and one reader of checkpoint files with one-line errors.
+refuse bad values at parse time, one reader of checkpoint files with one-line errors, and
+``one_line`` that makes any message such an error.
 
 Importing this package is cheap (no torch), so ``neuralgraph --help`` stays fast.
 """
@@ -10,6 +11,11 @@ import pickle
 import re
 from pathlib import Path
 from typing import Any, Callable
+
+
+def one_line(message: object) -> str:
+    """``message`` with its lines joined, for a one-line error."""
+    return " ".join(line.strip() for line in str(message).splitlines() if line.strip())
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:

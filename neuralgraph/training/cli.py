@@ -27,8 +27,7 @@ import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from neuralgraph.cli import one_line
-from neuralgraph.commands import load_torch_file
+from neuralgraph.commands import load_torch_file, one_line
 from neuralgraph.training.callbacks import PredictionWriter
 from neuralgraph.training.datamodule import MnistInrDataModule
 from neuralgraph.training.tasks import MetanetTask, check_checkpoint
@@ -75,7 +74,9 @@ class NeuralgraphCLI(LightningCLI):
         from scratch (so one command both starts and resumes a run), the other verbs refuse. A
         checkpoint of another task or model is refused (:func:`~neuralgraph.training.tasks.check_checkpoint`):
         LightningCLI would silently replace the configured model by the checkpoint's
-        (`test --config dws.yaml --ckpt_path gmn.ckpt` would test GMN).
+        (`test --config dws.yaml --ckpt_path gmn.ckpt` would test GMN). This must happen here, in the
+        public override point that runs before LightningCLI reads the checkpoint's hyperparameters
+        (``before_instantiate_classes`` comes after that read, too late for ``last`` and the check).
         """
         super().parse_arguments(parser, args)
         subcommand = self.config.get("subcommand")
