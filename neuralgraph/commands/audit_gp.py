@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from neuralgraph.commands import load_torch_file, positive_int
-from neuralgraph.data.generate import MANIFEST
+from neuralgraph.data.shards import MANIFEST
 from neuralgraph.data.inr_dataset import InrDataset
 from neuralgraph.graph import SCALING_GROUPS, GraphConversionError, graph_to_mlp, module_to_graph
 from neuralgraph.theory.gp import audit_gp

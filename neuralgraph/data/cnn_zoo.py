@@ -36,16 +36,16 @@ from torch.utils.data import Dataset
 from torch_geometric.data import Batch
 from tqdm import tqdm
 
-from neuralgraph.data.generate import (
+from neuralgraph.data import shards
+from neuralgraph.data.shards import (
     MANIFEST,
     DatasetError,
-    _refuse_unowned_files,
-    _write_manifest,
     check_settings,
     commit_shard,
-    read_manifest,
     read_shard,
+    refuse_unowned_files,
     shard_to_write,
+    write_manifest,
 )
 from neuralgraph.data.mnist import PathLike, load_digits
 from neuralgraph.graph import activation_codes, blocks_to_graph
@@ -287,6 +287,11 @@ def shard_name(k: int) -> str:
     return f"zoo-{k:05d}.safetensors"
 
 
+def read_manifest(root: PathLike) -> dict:
+    """The manifest of a CNN-zoo folder (:func:`neuralgraph.data.shards.read_manifest`)."""
+    return shards.read_manifest(root, FORMAT, "make-cnn-zoo")
+
+
 def make_cnn_zoo(out: PathLike, settings: ZooSettings = ZooSettings(), root: Optional[PathLike] = None,
                  progress: bool = True) -> dict:
     """Train and write (or finish writing) the zoo of ``settings`` into ``out``; return the manifest.
@@ -298,10 +303,10 @@ def make_cnn_zoo(out: PathLike, settings: ZooSettings = ZooSettings(), root: Opt
     out.mkdir(parents=True, exist_ok=True)
     manifest_path = out / MANIFEST
     if manifest_path.exists():
-        manifest = read_manifest(out, FORMAT)
+        manifest = read_manifest(out)
         check_settings(manifest, settings.to_dict(), manifest_path)
     else:
-        _refuse_unowned_files(out)
+        refuse_unowned_files(out)
         manifest = {"format": FORMAT, **settings.to_dict(), "choices": {k: list(v) for k, v in CHOICES.items()},
                     "shards": []}
     recorded = {s["file"]: s for s in manifest["shards"]}
@@ -310,7 +315,7 @@ def make_cnn_zoo(out: PathLike, settings: ZooSettings = ZooSettings(), root: Opt
         path = out / shard_name(k)
         if shard_to_write(path, recorded, manifest_path):
             todo.append((path, first, min(settings.shard_size, settings.networks - first)))
-    _write_manifest(out, manifest)
+    write_manifest(out, manifest)
     if not todo:
         return manifest
     train = _mnist("train", settings.train_size, settings.source, root)
@@ -365,7 +370,7 @@ class CnnZooDataset(Dataset):
 
     def __init__(self, root: PathLike, split: str = "train", split_seed: int = 0):
         self.root = Path(root)
-        manifest = read_manifest(self.root, FORMAT)
+        manifest = read_manifest(self.root)
         manifest_path = self.root / MANIFEST
         if split not in ("train", "val", "test"):
             raise ValueError(f"split {split!r}: expected 'train', 'val' or 'test'")

@@ -22,10 +22,7 @@ with the user's umask.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import multiprocessing
-import os
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
@@ -34,24 +31,27 @@ from typing import Iterator, Optional
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as safetensors_bytes
 from tqdm import tqdm
 
+from neuralgraph.data import shards
 from neuralgraph.data.mnist import Digits, PathLike, load_digits
+from neuralgraph.data.shards import (
+    MANIFEST,
+    SPLITS,
+    DatasetError,
+    check_settings,
+    commit_shard,
+    refuse_unowned_files,
+    shard_to_write,
+    write_manifest,
+)
 from neuralgraph.inr import DWS_MNIST, FitConfig, FitResult, SirenConvention, fit_inrs, preset
 
-MANIFEST = "manifest.json"
 FORMAT = "neuralgraph-mnist-inrs/1"
-SPLITS = ("train", "val", "test")
 MNIST_SPLIT_OF = {"train": "train", "val": "train", "test": "test"}
 VAL_SIZE = 5000
 MNIST_TRAIN_SIZE = 60000
-
-
-class DatasetError(ValueError):
-    """A dataset folder that cannot be used as is; the message names the file and field."""
 
 
 @dataclass(frozen=True)
@@ -110,103 +110,9 @@ def shard_name(split: str, k: int) -> str:
     return f"{split}-{k:05d}.safetensors"
 
 
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def read_manifest(root: PathLike, expected_format: str = FORMAT) -> dict:
-    """The manifest of a dataset folder of ``expected_format``; a clear error when it is missing or unreadable."""
-    path = Path(root) / MANIFEST
-    command = "make-inrs" if expected_format == FORMAT else "make-cnn-zoo"
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError as err:
-        raise DatasetError(f"{path}: no manifest; is {root} a dataset made by `neuralgraph {command}`?") from err
-    except json.JSONDecodeError as err:
-        raise DatasetError(f"{path}: not valid JSON ({err})") from err
-    if manifest.get("format") != expected_format:
-        raise DatasetError(f"{path}: format {manifest.get('format')!r}, expected {expected_format!r}")
-    return manifest
-
-
-def check_settings(manifest: dict, expected: dict, path: Path) -> None:
-    """Error naming the first field of ``expected`` whose manifest value differs."""
-    for key, value in expected.items():
-        found = manifest.get(key)
-        if isinstance(value, dict) and isinstance(found, dict):
-            check_settings(found, value, path)
-        elif found != value:
-            raise DatasetError(f"{path}: {key} is {found!r} in the manifest, but this run uses {value!r}")
-
-
-def temporary(path: Path) -> Path:
-    return path.with_name(path.name + ".tmp")
-
-
-def _write_durable(path: Path, data: bytes) -> None:
-    """``data`` into ``path``, flushed to disk (mode from the umask, as any file the user writes)."""
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _write_manifest(root: Path, manifest: dict) -> None:
-    path = root / MANIFEST
-    _write_durable(temporary(path), (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
-    os.replace(temporary(path), path)
-
-
-def _refuse_unowned_files(out: Path) -> None:
-    """A folder without a manifest must be empty (but for a manifest a kill left half-written)."""
-    found = sorted(p.name for p in out.iterdir() if p.name != temporary(out / MANIFEST).name)
-    if found:
-        raise DatasetError(f"{out}: holds {len(found)} files ({', '.join(found[:3])}{', ...' * (len(found) > 3)}) "
-                           f"but no {MANIFEST}; refusing to write into it (use an empty or new folder)")
-
-
-def _verify_recorded_shard(path: Path, record: dict) -> None:
-    """A shard the manifest lists: finish its rename if a kill interrupted it, then check its sha256."""
-    if not path.exists() and temporary(path).exists() and sha256_file(temporary(path)) == record["sha256"]:
-        os.replace(temporary(path), path)
-    if not path.exists():
-        raise DatasetError(f"{path}: listed in the manifest but missing")
-    if sha256_file(path) != record["sha256"]:
-        raise DatasetError(f"{path}: sha256 differs from the manifest's; the shard is corrupt")
-
-
-def shard_to_write(path: Path, recorded: dict, manifest_path: Path) -> bool:
-    """Whether the planned shard ``path`` is still to be written: one the manifest lists
-    (``recorded``: file name -> record) is verified instead, an unlisted existing file refused."""
-    if path.name in recorded:
-        _verify_recorded_shard(path, recorded[path.name])
-        return False
-    if path.exists():
-        raise DatasetError(f"{path}: not listed in {manifest_path}; refusing to overwrite it "
-                           "(move it away, or use another folder)")
-    return True
-
-
-def commit_shard(out: Path, manifest: dict, records: list, path: Path, data: bytes, **fields) -> None:
-    """Write ``data`` to ``<path>.tmp``, append its record (``fields`` and sha256) to ``records``
-    of ``manifest``, save the manifest, then rename: a kill at any moment is resumable."""
-    _write_durable(temporary(path), data)
-    records.append({"file": path.name, **fields, "sha256": hashlib.sha256(data).hexdigest()})
-    _write_manifest(out, manifest)
-    os.replace(temporary(path), path)
-
-
-def read_shard(path: Path, record: dict, command: str) -> dict:
-    """The tensors of a shard the manifest lists, its sha256 checked; errors name the file."""
-    if not path.exists():
-        hint = f" (an interrupted {command}: rerun it to finish)" if temporary(path).exists() else ""
-        raise DatasetError(f"{path}: shard listed in the manifest is missing{hint}")
-    if sha256_file(path) != record["sha256"]:
-        raise DatasetError(f"{path}: sha256 differs from the manifest's; the shard is corrupt or was changed")
-    try:
-        return load_safetensors(path.read_bytes())
-    except (SafetensorError, ValueError) as err:
-        raise DatasetError(f"{path}: not a readable safetensors file ({err})") from err
+def read_manifest(root: PathLike) -> dict:
+    """The manifest of an INR dataset folder (:func:`neuralgraph.data.shards.read_manifest`)."""
+    return shards.read_manifest(root, FORMAT, "make-inrs")
 
 
 def _fit_digits(images: np.ndarray, seeds: list[int], settings: GenerationSettings, device,
@@ -285,7 +191,7 @@ def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[i
         manifest = read_manifest(out)
         check_settings(manifest, settings.to_dict(), manifest_path)
     else:
-        _refuse_unowned_files(out)
+        refuse_unowned_files(out)
         manifest = {"format": FORMAT, **settings.to_dict(), "splits": {}}
     plans = {}
     for split in splits:
@@ -304,7 +210,7 @@ def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[i
             path = out / shard_name(split, k)
             if shard_to_write(path, recorded, manifest_path):
                 todo.append((split, path, start))
-    _write_manifest(out, manifest)
+    write_manifest(out, manifest)
     total = sum(len(d) for d in plans.values())
     done = sum(sum(s["count"] for s in manifest["splits"][split]["shards"]) for split in plans)
     shards = []  # (split, path, digits, INR seeds) of each shard to write

@@ -9,7 +9,8 @@ from torch import Tensor
 from torch.utils.data import Dataset
 from torch_geometric.data import Batch
 
-from neuralgraph.data.generate import DatasetError, check_settings, read_manifest, read_shard
+from neuralgraph.data.generate import read_manifest
+from neuralgraph.data.shards import DatasetError, check_settings, read_shard
 from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutations
 from neuralgraph.inr import SirenConvention
 

@@ -16,8 +16,8 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from neuralgraph.data.inr_dataset import InrBatch
+from neuralgraph.data.shards import SPLITS
 
-SPLITS = ("train", "val", "test")
 
 
 class EpochSeededSampler(Sampler[int]):
@@ -41,7 +41,8 @@ class EpochSeededSampler(Sampler[int]):
 
 def split_ready(root: Path, split: str) -> bool:
     """Whether ``root`` holds a complete ``split`` (made by ``make-inrs``, with any limit)."""
-    from neuralgraph.data.generate import MANIFEST, read_manifest
+    from neuralgraph.data.generate import read_manifest
+    from neuralgraph.data.shards import MANIFEST
 
     if not (root / MANIFEST).exists():
         return False
@@ -113,7 +114,8 @@ class MnistInrDataModule(IndexBatchDataModule):
         return getattr(self.hparams, f"limit_{split}")
 
     def prepare_data(self) -> None:
-        from neuralgraph.data.generate import MANIFEST, GenerationSettings, check_settings, make_inrs, read_manifest
+        from neuralgraph.data.generate import GenerationSettings, make_inrs, read_manifest
+        from neuralgraph.data.shards import MANIFEST, check_settings
         from neuralgraph.inr import DEFAULT_PRESET
 
         root = Path(self.hparams.root)

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
-import torch
 from PIL import Image, ImageDraw
 from torch import Tensor
 
