@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutations
 from neuralgraph.graph.scaling import random_hidden_scalings, rescale_mlp
-from neuralgraph.nn import InvariantReadout, WeightDecoder, build_metanet
+from neuralgraph.nn import InvariantReadout, build_metanet
 from neuralgraph.nn.scalegmn import ScaleGMNLayer
 
 TOLERANCE = 1e-10
@@ -34,8 +34,7 @@ def model(name, scaling, activation, options, hidden_dim=8):
     torch.manual_seed(0)
     group = {} if scaling is None else {"scaling": scaling}
     metanet = build_metanet(name, hidden_dim=hidden_dim, num_layers=2, activation=activation, w0=3.0, **group, **options)
-    readout = InvariantReadout(hidden_dim, 3, scaling=metanet.scaling)
-    decoder = WeightDecoder(hidden_dim, K, init_scale=0.5, scaling=metanet.scaling)
+    readout, decoder = metanet.readout(3), metanet.decoder(K, init_scale=0.5)
     return [m.double().eval() for m in (metanet, readout, decoder)]
 
 

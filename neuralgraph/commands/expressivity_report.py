@@ -183,7 +183,7 @@ def linearisation_span(
     span, stale, used = Span(), 0, []
     torch.manual_seed(0)  # draw 0: the parameters of construction
     model = build_metanet(name, hidden_dim=hidden_dim, num_layers=num_layers, **layout_options(name, layout))
-    edit = WeightEdit(model, WeightDecoder(hidden_dim, k=k, max_layers=len(layout) - 1), layout).double().eval()
+    edit = WeightEdit(model, model.decoder(k, max_layers=len(layout) - 1), layout).double().eval()
     stream = jacobian_draws(edit, batch)
     with tqdm(total=bound, desc=f"{name} span", unit="dim", disable=not progress, leave=False) as bar:
         while stale < patience and span.dimension < bound:

@@ -23,6 +23,7 @@ from torch_geometric.nn import MessagePassing
 
 from neuralgraph.graph.core import Graph
 from neuralgraph.nn.encoder import MAX_LAYERS, MAX_NODE_TYPES, GraphContext, GraphEncoder
+from neuralgraph.nn.heads import InvariantReadout, WeightDecoder
 
 SYMMETRIES = ("hidden", "np")
 
@@ -156,6 +157,20 @@ class Metanet(nn.Module):
         for layer in self.layers:
             node, edge = layer(node, context.edge_index, edge, **layer.context_arguments(context))
         return node, edge[: context.num_edges]
+
+    def decoder(self, k: int = 1, **options) -> WeightDecoder:
+        """The :class:`~neuralgraph.nn.heads.WeightDecoder` of ``k`` output networks for these features.
+
+        Its width and scaling group are this metanet's, so the head keeps every symmetry the
+        metanet has (a decoder built by hand without ``scaling`` on ScaleGMN features is not
+        sign-equivariant). ``options``: the decoder's ``max_layers``, ``init_scale``, ``members``.
+        """
+        return WeightDecoder(self.hidden_dim, k, scaling=self.scaling, **options)
+
+    def readout(self, out_dim: int, **options) -> InvariantReadout:
+        """The :class:`~neuralgraph.nn.heads.InvariantReadout` to ``out_dim`` outputs for these features,
+        with this metanet's width and scaling group. ``options``: ``max_layers``, ``mlp_dim``."""
+        return InvariantReadout(self.hidden_dim, out_dim, scaling=self.scaling, **options)
 
     def __repr__(self) -> str:
         return (

@@ -18,7 +18,6 @@ from typing import Any, Callable, Mapping, NamedTuple
 from torch import nn
 
 from neuralgraph.nn.encoder import MAX_LAYERS
-from neuralgraph.nn.heads import WeightDecoder
 from neuralgraph.nn.registry import build_metanet, metanet_class
 
 WIDTH_MULTIPLE = 8  # matched widths are multiples of this where the budget allows (see the module docstring)
@@ -38,7 +37,7 @@ def model_parameters(name: str, cfg: Mapping[str, Any], k: int, max_layers: int 
                      members: str = "independent") -> tuple[int, int]:
     """``(trainable parameters of metanet + WeightDecoder(k, members=members), hidden_dim)`` for ``build_metanet(name, **cfg)``."""
     metanet = build_metanet(name, **cfg)
-    decoder = WeightDecoder(metanet.hidden_dim, k, max_layers=max_layers, scaling=metanet.scaling, members=members)
+    decoder = metanet.decoder(k, max_layers=max_layers, members=members)
     return count_trainable(metanet) + count_trainable(decoder), metanet.hidden_dim
 
 

@@ -190,7 +190,7 @@ class ScaleGMN(Metanet):
     of the networks read, ``"sine"`` unless given): ``"sign"`` for sine and tanh, ``"scale"`` for
     ReLU. The encoder lifts hidden neurons' biases and every weight multiplicatively (see
     :class:`~neuralgraph.nn.encoder.GraphEncoder`'s ``scaling``) and the heads must be built with
-    the same ``scaling`` (``WeightDecoder(d, k, scaling=metanet.scaling)``).
+    the same ``scaling``: :meth:`~neuralgraph.nn.base.Metanet.decoder` and ``readout`` build them so.
     """
 
     def __init__(self, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0,

@@ -33,7 +33,7 @@ from neuralgraph.graph import graph_to_mlp
 from neuralgraph.graph.scaling import scaling_invariant
 from neuralgraph.inr import full_precision, render
 from neuralgraph.morphology import EDITS
-from neuralgraph.nn import InvariantReadout, WeightDecoder, build_metanet, match_budget
+from neuralgraph.nn import build_metanet, match_budget
 from neuralgraph.nn.budget import WIDTH_MULTIPLE, count_trainable
 from neuralgraph.nn.heads import MEMBERS
 from neuralgraph.data.inr_dataset import InrBatch
@@ -227,8 +227,7 @@ class InrEditing(EpochMetricTask):
         if decoder_members not in MEMBERS:
             raise ValueError(f"InrEditing decoder_members={decoder_members!r}: choose one of {', '.join(MEMBERS)}")
         super().__init__(*args, **kwargs)
-        self.decoder = WeightDecoder(self.metanet.hidden_dim, self.hparams.k, scaling=self.metanet.scaling,
-                                     members=decoder_members)
+        self.decoder = self.metanet.decoder(self.hparams.k, members=decoder_members)
         self.edit = EDITS[edit]
         self.add_metrics(lambda stage: torchmetrics.MetricCollection({
             "mse": torchmetrics.MeanSquaredError(),
@@ -301,7 +300,7 @@ class InrClassification(MetanetTask):
 
     def __init__(self, *args, num_classes: int = 10, **kwargs):
         super().__init__(*args, **kwargs)
-        self.readout = InvariantReadout(self.metanet.hidden_dim, num_classes, scaling=self.metanet.scaling)
+        self.readout = self.metanet.readout(num_classes)
         self.add_metrics(lambda stage: torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro"))
 
     def loss_and_outputs(self, batch):
@@ -329,7 +328,7 @@ class WeightStatisticRegression(MetanetTask):
 
     def __init__(self, *args, num_weight_layers: int = 3, **kwargs):
         super().__init__(*args, **kwargs)
-        self.readout = InvariantReadout(self.metanet.hidden_dim, num_weight_layers, scaling=self.metanet.scaling)
+        self.readout = self.metanet.readout(num_weight_layers)
         self.add_metrics(lambda stage: torchmetrics.R2Score(num_weight_layers))
 
     def loss_and_outputs(self, batch):
@@ -355,7 +354,7 @@ class GeneralizationPrediction(EpochMetricTask):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.readout = InvariantReadout(self.metanet.hidden_dim, 1, scaling=self.metanet.scaling)
+        self.readout = self.metanet.readout(1)
         self.add_metrics(lambda stage: torchmetrics.MetricCollection({
             "kendall_tau": torchmetrics.KendallRankCorrCoef(), "r2": torchmetrics.R2Score()}, prefix=f"{stage}/"))
 
