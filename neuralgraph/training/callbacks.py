@@ -24,7 +24,7 @@ from neuralgraph.training.visualize import save_editing_grid
 class InputStatistics(Callback):
     """Before a fit from scratch, standardise the encoder's inputs with the first ``count`` training INRs.
 
-    The per-layer mean and std (:meth:`~neuralgraph.nn.encoder.ParameterGraphEncoder.set_input_statistics`)
+    The per-layer mean and std (:meth:`~neuralgraph.nn.encoder.GraphEncoder.set_input_statistics`)
     become buffers of the model, so checkpoints carry them; a resumed fit keeps the checkpoint's.
     Needs a data module with ``batch(split, indices)`` and ``size(split)``
     (:class:`~neuralgraph.training.datamodule.MnistInrDataModule`).
