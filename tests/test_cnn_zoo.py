@@ -151,3 +151,19 @@ def test_generalization_prediction_fits(tiny_zoo, tmp_path, config, options):
     metrics = cli.trainer.callback_metrics
     assert {"test/kendall_tau", "test/r2", "test/loss"} <= metrics.keys()
     assert torch.isfinite(metrics["test/loss"])
+
+
+def test_the_zoo_data_module_spec_gives_kernel_edges_and_activation_embeddings(tiny_zoo):
+    from neuralgraph.nn import build_metanet
+    from neuralgraph.training.cnn_zoo_datamodule import CnnZooDataModule
+
+    data = CnnZooDataModule(root=str(tiny_zoo))
+    spec = data.spec
+    assert spec.edge_features == 9 and len(spec.layouts) == 1 and not spec.skip_edges
+    graph = data.batch("train", range(data.size("train"))).graph
+    activations = set(graph.activation[graph.node_layer == 1].tolist())
+    assert spec.varying_activations == (len(activations) > 1)
+    metanet = build_metanet("ng_gnn", spec=spec, hidden_dim=8, num_layers=1)
+    assert metanet.encoder.activation_embedding is not None or not spec.varying_activations
+    node, edge = metanet(graph)
+    assert edge.shape == (graph.num_edges, 8)

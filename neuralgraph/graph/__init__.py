@@ -22,12 +22,14 @@ from neuralgraph.graph.core import (
 )
 from neuralgraph.graph.modules import LayerConverter, graph_to_module, module_to_graph, register_converter
 from neuralgraph.graph.permutation import permute_mlp, random_hidden_permutation, random_hidden_permutations
+from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.graph.scaling import SCALING_GROUPS, random_hidden_scalings, rescale_mlp, scaling_invariant
 
 __all__ = [
     "ACTIVATIONS",
     "EDGE_KINDS",
     "GraphConversionError",
+    "GraphSpec",
     "LayerConverter",
     "Layout",
     "ParameterGraph",

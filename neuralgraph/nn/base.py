@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
 from neuralgraph.graph.core import Graph
+from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.encoder import MAX_LAYERS, MAX_NODE_TYPES, GraphContext, GraphEncoder
 from neuralgraph.nn.heads import InvariantReadout, WeightDecoder
 
@@ -157,6 +158,21 @@ class Metanet(nn.Module):
         for layer in self.layers:
             node, edge = layer(node, context.edge_index, edge, **layer.context_arguments(context))
         return node, edge[: context.num_edges]
+
+    @classmethod
+    def spec_arguments(cls, spec: GraphSpec) -> dict[str, Any]:
+        """The constructor arguments that the data's ``spec`` determines (``build_metanet(name, spec=spec)``).
+
+        Here: the edge feature width, and the encoder's skip-edge and activation embeddings when
+        the graphs carry skip edges or activations that differ between networks. Architectures
+        add their own facts; one that cannot read such graphs raises ValueError saying why.
+        """
+        arguments: dict[str, Any] = {"edge_features": spec.edge_features}
+        if spec.skip_edges:
+            arguments["skip_edges"] = True
+        if spec.varying_activations:
+            arguments["node_activations"] = True
+        return arguments
 
     def decoder(self, k: int = 1, **options) -> WeightDecoder:
         """The :class:`~neuralgraph.nn.heads.WeightDecoder` of ``k`` output networks for these features.

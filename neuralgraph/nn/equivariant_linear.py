@@ -36,7 +36,7 @@ scatters and gathers) serves every other batch; both compute the same function. 
 from __future__ import annotations
 
 import math
-from typing import ClassVar, NamedTuple, Optional, Sequence
+from typing import Any, ClassVar, NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -44,6 +44,7 @@ from torch.nn import functional as F
 from torch_geometric.utils import scatter
 
 from neuralgraph.graph.core import Graph
+from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.base import Metanet, MetanetLayer
 from neuralgraph.nn.encoder import LayerIndex
 
@@ -550,6 +551,22 @@ class WeightSpaceMetanet(Metanet):
             )
             for i in range(num_layers)
         )
+
+    @classmethod
+    def spec_arguments(cls, spec: GraphSpec) -> dict[str, Any]:
+        """Besides the base's: the depth of the networks read and, for ``"hidden"``, the input and
+        output widths it keeps apart. Graphs with skip edges or of several depths are refused."""
+        if spec.skip_edges:
+            raise ValueError(f"{cls.name}: reads chains of layers only (DWS/NFN weight spaces); the data's graphs "
+                             "have skip or shortcut edges: use gmn, ng_gnn, ng_t or nft")
+        if len(set(spec.depths)) != 1:
+            raise ValueError(f"{cls.name}: every network must have one depth; the data's layouts have "
+                             f"{sorted(set(spec.depths))} weight layers")
+        arguments = {**super().spec_arguments(spec), "num_weight_layers": spec.depths[0]}
+        if cls.symmetry == "hidden":
+            arguments["max_inputs"] = max(layout[0] for layout in spec.layouts)
+            arguments["max_outputs"] = max(layout[-1] for layout in spec.layouts)
+        return arguments
 
     def forward(self, graph: Graph) -> tuple[Tensor, Tensor]:
         """As :meth:`Metanet.forward`; on a canonical one-layout batch (``LayerIndex.widths``) the

@@ -12,6 +12,7 @@ from torch_geometric.nn.aggr import DegreeScalerAggregation
 from torch_geometric.utils import degree
 
 from neuralgraph.graph.core import Layout, mlp_to_graph
+from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.base import (EdgeUpdate, FiLM, Metanet, MetanetLayer, ResidualNorm, block_rows,
                                   check_dense_rows, edge_blocks, node_blocks)
 from neuralgraph.nn.registry import register_metanet
@@ -20,7 +21,7 @@ AGGREGATORS = ("mean", "min", "max", "std")
 SCALERS = ("identity", "amplification", "attenuation")
 
 
-def degree_histogram(layout: Layout) -> Tensor:
+def layout_degree_histogram(layout: Layout) -> Tensor:
     """Histogram of node degrees in the parameter graph of ``layout`` with reverse edges.
 
     PNA's degree scalers normalise by the average log-degree of the training graphs; a
@@ -143,7 +144,9 @@ class NGGNNLayer(MessagePassing, MetanetLayer):
 class NGGNN(Metanet):
     """Neural Graphs GNN: :class:`NGGNNLayer` s on the parameter graph with reverse edges.
 
-    ``degree_layout`` is the layout whose degree histogram normalises PNA's scalers.
+    PNA's scalers are normalised by ``degree_histogram``, the training graphs' histogram of node
+    degrees (:attr:`~neuralgraph.graph.spec.GraphSpec.degree_histogram`, which
+    ``build_metanet("ng_gnn", spec=spec)`` passes); without it, by that of ``degree_layout``.
     """
 
     uses_reverse_edges = True
@@ -154,8 +157,19 @@ class NGGNN(Metanet):
         num_layers: int = 4,
         dropout: float = 0.0,
         degree_layout: Sequence[int] = (2, 32, 32, 1),
+        degree_histogram: Optional[Sequence[int]] = None,
         **encoder_options,
     ):
         super().__init__(hidden_dim, num_layers, dropout, **encoder_options)
-        deg = degree_histogram(tuple(degree_layout))
+        if degree_histogram is not None:
+            deg = torch.tensor(list(degree_histogram), dtype=torch.long)
+            if deg.dim() != 1 or len(deg) < 2 or (deg < 0).any() or deg[1:].sum() == 0:
+                raise ValueError(f"ng_gnn degree_histogram={list(degree_histogram)[:8]}: expected counts of nodes per "
+                                 "degree with some node of degree >= 1")
+        else:
+            deg = layout_degree_histogram(tuple(degree_layout))
         self.layers.extend(NGGNNLayer(hidden_dim, deg, dropout) for _ in range(num_layers))
+
+    @classmethod
+    def spec_arguments(cls, spec: GraphSpec) -> dict:
+        return {**super().spec_arguments(spec), "degree_histogram": list(spec.degree_histogram)}

@@ -1,8 +1,9 @@
 """Metanetworks by name: ``@register_metanet("gmn")`` on a class, ``build_metanet("gmn", **cfg)``."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
+from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.base import Metanet
 
 METANETS: dict[str, type[Metanet]] = {}
@@ -30,6 +31,18 @@ def metanet_class(name: str) -> type[Metanet]:
     return METANETS[name]
 
 
-def build_metanet(name: str, **cfg) -> Metanet:
-    """Instantiate the metanetwork registered as ``name`` with constructor arguments ``cfg``."""
-    return metanet_class(name)(**cfg)
+def build_metanet(name: str, spec: Optional[GraphSpec] = None, **cfg) -> Metanet:
+    """Instantiate the metanetwork registered as ``name`` with constructor arguments ``cfg``.
+
+    With ``spec`` (the data's :class:`~neuralgraph.graph.spec.GraphSpec`) the arguments it
+    determines (``Metanet.spec_arguments``) are filled in; ``cfg`` restating one of them with
+    another value is a ValueError naming it.
+    """
+    cls = metanet_class(name)
+    if spec is None:
+        return cls(**cfg)
+    facts = cls.spec_arguments(spec)
+    for key, value in facts.items():
+        if key in cfg and cfg[key] != value:
+            raise ValueError(f"{name}: {key}={cfg[key]!r} in the config, but the data's GraphSpec gives {value!r}")
+    return cls(**{**cfg, **facts})

@@ -7,7 +7,8 @@ from typing import Optional, Sequence
 from torch.utils.data import DataLoader
 
 from neuralgraph.data.cnn_zoo import CnnZooDataset, ZooBatch
-from neuralgraph.training.datamodule import SPLITS, EpochSeededSampler, IndexBatchDataModule
+from neuralgraph.graph.spec import GraphSpec
+from neuralgraph.training.datamodule import SPEC_SAMPLE, SPLITS, EpochSeededSampler, IndexBatchDataModule
 
 
 class CnnZooDataModule(IndexBatchDataModule):
@@ -40,6 +41,13 @@ class CnnZooDataModule(IndexBatchDataModule):
         """Entries ``indices`` of ``split`` as one batch, built as the loaders build theirs."""
         self.setup()
         return self.datasets[split].batch(indices)
+
+    @property
+    def spec(self) -> GraphSpec:
+        """The :class:`~neuralgraph.graph.spec.GraphSpec` of the training split's first
+        :data:`~neuralgraph.training.datamodule.SPEC_SAMPLE` entries."""
+        self.setup()
+        return GraphSpec.of(self.batch("train", range(min(SPEC_SAMPLE, self.size("train")))).graph)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         hp, size = self.hparams, self.size(split)

@@ -17,6 +17,9 @@ from torch.utils.data import DataLoader, Sampler
 
 from neuralgraph.data.inr_dataset import InrBatch
 from neuralgraph.data.shards import SPLITS
+from neuralgraph.graph.spec import GraphSpec
+
+SPEC_SAMPLE = 512  # training networks a data module's GraphSpec is read from
 
 
 
@@ -153,6 +156,15 @@ class MnistInrDataModule(IndexBatchDataModule):
     def layout(self) -> tuple[int, ...]:
         self.setup()
         return self.datasets["train"].convention.layout
+
+    @property
+    def spec(self) -> GraphSpec:
+        """The :class:`~neuralgraph.graph.spec.GraphSpec` of the training split (its first
+        :data:`SPEC_SAMPLE` INRs: one layout, so the degree histogram only scales with more) and
+        its SIREN convention."""
+        self.setup()
+        graph = self.batch("train", range(min(SPEC_SAMPLE, self.size("train")))).graph
+        return GraphSpec.of(graph, convention=self.datasets["train"].convention.to_dict())
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         hp = self.hparams

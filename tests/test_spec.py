@@ -1,0 +1,83 @@
+"""GraphSpec: read from graphs and data modules, serialised, and turned into every metanet's arguments."""
+import pytest
+import torch
+from torch import nn
+
+from neuralgraph.graph import GraphSpec, mlp_to_graph, module_to_graph
+from neuralgraph.nn import METANETS, build_metanet
+from neuralgraph.nn.ng_gnn import layout_degree_histogram
+from neuralgraph.training.datamodule import MnistInrDataModule
+
+HEADS = {"ng_t": {"num_heads": 2}, "nft": {"num_heads": 2}}
+
+
+def mlp_batch(layout, batch=3, seed=0, dtype=torch.float32):
+    generator = torch.Generator().manual_seed(seed)
+    weights = [torch.randn(batch, b, a, generator=generator, dtype=dtype) for a, b in zip(layout, layout[1:])]
+    biases = [torch.randn(batch, b, generator=generator, dtype=dtype) for b in layout[1:]]
+    return mlp_to_graph(weights, biases)
+
+
+def test_spec_of_a_batch_and_its_round_trip():
+    graph = mlp_batch((2, 5, 4, 1))
+    spec = GraphSpec.of(graph, convention={"w0": 30.0})
+    assert spec.layouts == ((2, 5, 4, 1),) and spec.depths == (3,)
+    assert (spec.node_features, spec.edge_features, spec.skip_edges) == (1, 1, False)
+    assert spec.activations is None and not spec.varying_activations
+    # three graphs: three times one graph's histogram of degrees (both edge directions)
+    assert list(spec.degree_histogram) == (3 * layout_degree_histogram((2, 5, 4, 1))).tolist()
+    assert GraphSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ValueError, match=r"GraphSpec: unknown fields \['deg'\], missing fields \['degree_histogram'\]"):
+        GraphSpec.from_dict({**{k: v for k, v in spec.to_dict().items() if k != "degree_histogram"}, "deg": [1]})
+
+
+@pytest.mark.parametrize("name", sorted(METANETS))
+def test_every_metanet_builds_from_the_spec_alone(name):
+    graph = mlp_batch((3, 6, 6, 2))
+    spec = GraphSpec.of(graph)
+    torch.manual_seed(0)
+    node, edge = build_metanet(name, spec=spec, hidden_dim=8, num_layers=2, **HEADS.get(name, {}))(graph)
+    assert node.shape == (graph.num_nodes, 8) and edge.shape == (graph.num_edges, 8)
+
+
+def test_spec_arguments_fill_the_data_facts_and_refuse_a_contradiction():
+    spec = GraphSpec.of(mlp_batch((3, 6, 6, 2)))
+    dws = build_metanet("dws", spec=spec, hidden_dim=8, num_layers=2)
+    assert dws.num_weight_layers == 3
+    with pytest.raises(ValueError, match=r"^dws: num_weight_layers=4 in the config, but the data's GraphSpec gives 3$"):
+        build_metanet("dws", spec=spec, hidden_dim=8, num_weight_layers=4)
+    # NG-GNN normalised by the data's histogram computes what the matching degree_layout gave
+    graph = mlp_batch((3, 6, 6, 2), batch=1, dtype=torch.float64)
+    torch.manual_seed(0)
+    from_spec = build_metanet("ng_gnn", spec=GraphSpec.of(graph), hidden_dim=8, num_layers=2).double()
+    torch.manual_seed(0)
+    from_layout = build_metanet("ng_gnn", hidden_dim=8, num_layers=2, degree_layout=(3, 6, 6, 2)).double()
+    for a, b in zip(from_spec(graph), from_layout(graph)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return x + torch.relu(self.inner(x))
+
+
+def test_residual_graphs_switch_on_skip_edges_and_are_refused_by_weight_space_layers():
+    model = nn.Sequential(nn.Linear(2, 4), Residual(), nn.Linear(4, 1))
+    graph = module_to_graph(model)
+    spec = GraphSpec.of(graph)
+    assert spec.skip_edges
+    assert build_metanet("gmn", spec=spec, hidden_dim=8, num_layers=1).encoder.edge_kind_embedding is not None
+    for name in ("dws", "nfn_np", "nfn_hnp"):
+        with pytest.raises(ValueError, match=rf"^{name}: reads chains of layers only .*skip or shortcut edges"):
+            build_metanet(name, spec=spec, hidden_dim=8)
+
+
+def test_the_inr_data_module_reads_its_spec_from_the_training_split(tiny_inrs):
+    data = MnistInrDataModule(root=str(tiny_inrs), source="embedded")
+    spec = data.spec
+    assert spec.layouts == ((2, 32, 32, 1),) and spec.convention == data.datasets["train"].convention.to_dict()
+    assert list(spec.degree_histogram) == (64 * layout_degree_histogram((2, 32, 32, 1))).tolist()
