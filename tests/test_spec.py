@@ -1,4 +1,6 @@
 """GraphSpec: read from graphs and data modules, serialised, and turned into every metanet's arguments."""
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -24,8 +26,9 @@ def test_spec_of_a_batch_and_its_round_trip():
     assert spec.layouts == ((2, 5, 4, 1),) and spec.depths == (3,)
     assert (spec.node_features, spec.edge_features, spec.skip_edges) == (1, 1, False)
     assert spec.activations is None and not spec.varying_activations
-    # three graphs: three times one graph's histogram of degrees (both edge directions)
-    assert list(spec.degree_histogram) == (3 * layout_degree_histogram((2, 5, 4, 1))).tolist()
+    # three graphs of one layout: one graph's histogram of degrees (both edge directions), reduced
+    one = layout_degree_histogram((2, 5, 4, 1))
+    assert list(spec.degree_histogram) == (one // math.gcd(*one.tolist())).tolist()
     assert GraphSpec.from_dict(spec.to_dict()) == spec
     with pytest.raises(ValueError, match=r"GraphSpec: unknown fields \['deg'\], missing fields \['degree_histogram'\]"):
         GraphSpec.from_dict({**{k: v for k, v in spec.to_dict().items() if k != "degree_histogram"}, "deg": [1]})
@@ -80,4 +83,27 @@ def test_the_inr_data_module_reads_its_spec_from_the_training_split(tiny_inrs):
     data = MnistInrDataModule(root=str(tiny_inrs), source="embedded")
     spec = data.spec
     assert spec.layouts == ((2, 32, 32, 1),) and spec.convention == data.datasets["train"].convention.to_dict()
-    assert list(spec.degree_histogram) == (64 * layout_degree_histogram((2, 32, 32, 1))).tolist()
+    one = layout_degree_histogram((2, 32, 32, 1))
+    assert list(spec.degree_histogram) == (one // math.gcd(*one.tolist())).tolist()
+    assert MnistInrDataModule(root=str(tiny_inrs), source="embedded", limit_train=7).spec == spec
+
+
+def test_editing_renders_with_the_convention_of_the_data(tiny_inrs):
+    from neuralgraph.inr import SirenConvention
+    from neuralgraph.training.tasks import InrEditing
+
+    data = MnistInrDataModule(root=str(tiny_inrs), source="embedded")
+    batch = data.batch("train", range(4))
+    predictions = {}
+    for offset in (0.5, 0.0):
+        convention = {**data.datasets["train"].convention.to_dict(), "output_offset": offset}
+        spec = GraphSpec.of(batch.graph, convention=convention).to_dict()
+        torch.manual_seed(0)
+        task = InrEditing(metanet="gmn", metanet_config={"hidden_dim": 8, "num_layers": 1}, spec=spec,
+                          normalize_inputs=False).eval()
+        assert task.siren_convention == SirenConvention.from_dict(convention)
+        with torch.no_grad():
+            predictions[offset] = task.loss_and_outputs(batch)[1]["prediction"]
+    # the output offset is added to every pixel of every member, so to their average
+    torch.testing.assert_close(predictions[0.5] - predictions[0.0], torch.full_like(predictions[0.0], 0.5),
+                               rtol=0, atol=4 * torch.finfo(torch.float32).eps * (1 + predictions[0.5].abs().max()))

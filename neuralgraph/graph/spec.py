@@ -10,6 +10,7 @@ config restates a data fact. It serialises to a plain dict (``to_dict``/``from_d
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
@@ -32,7 +33,10 @@ class GraphSpec:
             metanet then embeds them: ``node_activations``).
         skip_edges: some graph has residual or shortcut edges (``edge_kind`` other than weight).
         degree_histogram: ``histogram[d]`` nodes of degree ``d``, counting both edge directions
-            (PNA's ``deg``, as ``PNAConv.get_degree_histogram`` computes it on reverse-edge graphs).
+            (PNA's ``deg``, as ``PNAConv.get_degree_histogram`` computes it on reverse-edge graphs),
+            divided by the counts' greatest common divisor: PNA's scalers read only the
+            distribution, and so the spec of a one-layout set does not depend on how many of its
+            graphs were read.
         convention: the SIREN convention of INR data (``SirenConvention.to_dict()``), if any.
     """
 
@@ -63,7 +67,7 @@ class GraphSpec:
             activations=activations,
             varying_activations=varying,
             skip_edges=bool(edge_kind is not None and (edge_kind != WEIGHT_EDGE).any()),
-            degree_histogram=tuple(torch.bincount(deg).tolist()),
+            degree_histogram=_reduced(torch.bincount(deg).tolist()),
             convention=convention,
         )
 
@@ -88,6 +92,11 @@ class GraphSpec:
         return cls(**{**data, "layouts": tuple(tuple(layout) for layout in data["layouts"]),
                       "activations": None if data["activations"] is None else tuple(data["activations"]),
                       "degree_histogram": tuple(data["degree_histogram"])})
+
+
+def _reduced(counts: list[int]) -> tuple[int, ...]:
+    divisor = math.gcd(*counts) or 1
+    return tuple(count // divisor for count in counts)
 
 
 def _activation_names(graph: Graph) -> list[tuple[str, ...]]:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from torch import nn
 
+from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.encoder import MAX_LAYERS
 from neuralgraph.nn.registry import build_metanet, metanet_class
 
@@ -34,9 +35,10 @@ def count_trainable(module: nn.Module) -> int:
 
 
 def model_parameters(name: str, cfg: Mapping[str, Any], k: int, max_layers: int = MAX_LAYERS,
-                     members: str = "independent") -> tuple[int, int]:
-    """``(trainable parameters of metanet + WeightDecoder(k, members=members), hidden_dim)`` for ``build_metanet(name, **cfg)``."""
-    metanet = build_metanet(name, **cfg)
+                     members: str = "independent", spec: Optional[GraphSpec] = None) -> tuple[int, int]:
+    """``(trainable parameters of metanet + WeightDecoder(k, members=members), hidden_dim)`` for
+    ``build_metanet(name, spec=spec, **cfg)``."""
+    metanet = build_metanet(name, spec=spec, **cfg)
     decoder = metanet.decoder(k, max_layers=max_layers, members=members)
     return count_trainable(metanet) + count_trainable(decoder), metanet.hidden_dim
 
@@ -52,20 +54,21 @@ def hidden_dim_step(name: str, cfg: Mapping[str, Any]) -> int:
 
 def match_budget(
     name: str, cfg: Mapping[str, Any], k: int, reference_k: int = 1, max_layers: int = MAX_LAYERS,
-    members: str = "independent", width_multiple: int = WIDTH_MULTIPLE,
+    members: str = "independent", width_multiple: int = WIDTH_MULTIPLE, spec: Optional[GraphSpec] = None,
 ) -> BudgetMatch:
     """The largest ``hidden_dim`` whose metanet + ``WeightDecoder(k, members=members)`` fits the reference budget.
 
     The reference is ``build_metanet(name, **cfg)`` with ``WeightDecoder(reference_k)``. Widths are
     multiples of ``lcm(width_multiple, step)``, ``step`` being :attr:`Metanet.hidden_dim_multiple_of`'s
     value; when even that width is over budget, of ``step`` alone (``width_multiple=1`` always
-    searches those: the exact match). Raises ValueError when even ``step`` is over budget.
+    searches those: the exact match). Metanets are built for ``spec`` where given. Raises
+    ValueError when even ``step`` is over budget.
     """
-    reference_params, _ = model_parameters(name, cfg, reference_k, max_layers)
+    reference_params, _ = model_parameters(name, cfg, reference_k, max_layers, spec=spec)
     step = hidden_dim_step(name, cfg)
 
     def params_at(width: int) -> int:
-        return model_parameters(name, {**cfg, "hidden_dim": width}, k, max_layers, members)[0]
+        return model_parameters(name, {**cfg, "hidden_dim": width}, k, max_layers, members, spec)[0]
 
     for width_step in dict.fromkeys((math.lcm(width_multiple, step), step)):  # aligned, then exact
         if params_at(width_step) <= reference_params:

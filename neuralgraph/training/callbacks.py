@@ -65,7 +65,7 @@ class EditingGrid(Callback):
         if batch_idx == 0 and dataloader_idx == 0 and trainer.is_global_zero and not trainer.sanity_checking:
             weights, biases = graph_to_mlp(batch.graph)
             inputs = render([w[:self.rows] for w in weights], [b[:self.rows] for b in biases],
-                            tuple(batch.image.shape[-2:]))
+                            tuple(batch.image.shape[-2:]), trainer.lightning_module.siren_convention)
             grid = {"inputs": inputs} | {key: outputs[key][:self.rows] for key in ("prediction", "members", "target")}
             self.first[stage] = {key: value.detach().cpu() for key, value in grid.items()}
 

@@ -28,6 +28,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from neuralgraph.commands import load_torch_file, one_line
+from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.training.callbacks import PredictionWriter
 from neuralgraph.training.datamodule import MnistInrDataModule
 from neuralgraph.training.tasks import MetanetTask, check_checkpoint
@@ -66,6 +67,10 @@ class NeuralgraphCLI(LightningCLI):
         parser.set_defaults({"data": {"class_path": f"{MnistInrDataModule.__module__}.{MnistInrDataModule.__name__}"}})
         parser.add_argument("--test_after_fit", type=bool, default=True,
                             help="after fit, test at the best-validation checkpoint")
+        # the data's facts reach the model: GraphSpec of the training split, read when the data
+        # module is built (the INRs are fitted then if missing) and stored with the model's hparams
+        parser.link_arguments("data.spec", "model.init_args.spec", compute_fn=GraphSpec.to_dict,
+                              apply_on="instantiate")
 
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
         """Parse, then resolve ``--ckpt_path`` to a file before anything is built and check it fits.

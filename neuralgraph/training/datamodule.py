@@ -161,7 +161,9 @@ class MnistInrDataModule(IndexBatchDataModule):
     def spec(self) -> GraphSpec:
         """The :class:`~neuralgraph.graph.spec.GraphSpec` of the training split (its first
         :data:`SPEC_SAMPLE` INRs: one layout, so the degree histogram only scales with more) and
-        its SIREN convention."""
+        its SIREN convention. Fits missing splits first (``prepare_data``): ``neuralgraph fit``
+        reads the spec before the trainer starts, so DDP's worker processes find the INRs made."""
+        self.prepare_data()
         self.setup()
         graph = self.batch("train", range(min(SPEC_SAMPLE, self.size("train")))).graph
         return GraphSpec.of(graph, convention=self.datasets["train"].convention.to_dict())

@@ -29,9 +29,9 @@ import torch
 import torchmetrics
 from torch import Tensor, nn
 
-from neuralgraph.graph import graph_to_mlp
+from neuralgraph.graph import GraphSpec, graph_to_mlp
 from neuralgraph.graph.scaling import scaling_invariant
-from neuralgraph.inr import full_precision, render
+from neuralgraph.inr import DWS_MNIST, SirenConvention, full_precision, render
 from neuralgraph.morphology import EDITS
 from neuralgraph.nn import build_metanet, match_budget
 from neuralgraph.nn.budget import WIDTH_MULTIPLE, count_trainable
@@ -60,17 +60,33 @@ def check_checkpoint(checkpoint: Any, task: Optional[str], hparams: Mapping[str,
         raise ValueError(f"{source}: holds a {saved['task']} checkpoint, but the configuration builds {task}")
     stored = checkpoint.get("hyper_parameters", {})
     for key in sorted((stored.keys() & hparams.keys()) - OPTIMIZATION_ARGUMENTS):
-        if stored[key] != hparams[key]:
+        if key == "spec":  # linked from the data after parsing (None until then, and in older checkpoints)
+            _check_spec(stored[key], hparams[key], source)
+        elif stored[key] != hparams[key]:
             raise ValueError(f"{source}: checkpoint has {key}={stored[key]!r}, "
                              f"but the configuration asks for {key}={hparams[key]!r}")
+
+
+def _check_spec(stored: Optional[dict], data: Optional[dict], source: str) -> None:
+    """ValueError naming the first GraphSpec field in which the checkpoint's data and this data differ."""
+    if stored is None or data is None:
+        return
+    for field in sorted(stored.keys() | data.keys()):
+        if stored.get(field) != data.get(field):
+            raise ValueError(f"{source}: trained on graphs whose GraphSpec has {field}={stored.get(field)!r}, "
+                             f"but this data's has {field}={data.get(field)!r}")
 
 
 class MetanetTask(L.LightningModule):
     """Shared training logic: a registry metanetwork, a head, a loss, torchmetrics per stage.
 
     Args:
-        metanet: registry name (``gmn``, ``ng_gnn``, ``ng_t``, ``dws``, ``nfn_np``, ``nfn_hnp``, ``nft``).
+        metanet: registry name (:data:`neuralgraph.nn.METANETS`).
         metanet_config: constructor arguments of that metanetwork.
+        spec: the data's :class:`~neuralgraph.graph.spec.GraphSpec` as a dict; ``neuralgraph fit``
+            links it from the data module (``datamodule.spec``), and it is stored in checkpoints.
+            The metanetwork is built for it (``build_metanet(name, spec=spec)``); ``None``: from
+            ``metanet_config`` alone.
         lr, weight_decay: AdamW settings.
         lr_factor, lr_patience, min_lr: ReduceLROnPlateau on ``val/loss`` (patience in epochs).
         normalize_inputs: before fitting, standardise the encoder's inputs layer by layer with
@@ -86,6 +102,7 @@ class MetanetTask(L.LightningModule):
         self,
         metanet: str = "gmn",
         metanet_config: Optional[dict[str, Any]] = None,
+        spec: Optional[dict[str, Any]] = None,
         lr: float = 1e-3,
         weight_decay: float = 1e-3,
         lr_factor: float = 0.5,
@@ -96,10 +113,20 @@ class MetanetTask(L.LightningModule):
     ):
         super().__init__()
         self.save_hyperparameters()  # collects the arguments of subclass constructors too
-        self.metanet = build_metanet(metanet, **self.metanet_config_resolved())
+        self.metanet = build_metanet(metanet, spec=self.graph_spec, **self.metanet_config_resolved())
         if compile:
             for layer in self.metanet.layers:
                 layer.compile()
+
+    @property
+    def graph_spec(self) -> Optional[GraphSpec]:
+        return None if self.hparams.spec is None else GraphSpec.from_dict(self.hparams.spec)
+
+    @property
+    def siren_convention(self) -> SirenConvention:
+        """The SIREN convention of the data's INRs (its spec), else the DWS MNIST INRs'."""
+        spec = self.graph_spec
+        return DWS_MNIST if spec is None or spec.convention is None else SirenConvention.from_dict(spec.convention)
 
     def metanet_config_resolved(self) -> dict[str, Any]:
         """The metanetwork's constructor arguments (subclasses may adjust, e.g. budget matching)."""
@@ -240,7 +267,7 @@ class InrEditing(EpochMetricTask):
         if not self.hparams.match_budget or k == 1:
             return config
         matched = match_budget(self.hparams.metanet, config, k, members=self.hparams.decoder_members,
-                               width_multiple=self.hparams.budget_width_multiple)
+                               width_multiple=self.hparams.budget_width_multiple, spec=self.graph_spec)
         print(f"budget match: {self.hparams.metanet} k={k} ({self.hparams.decoder_members} members) "
               f"hidden_dim={matched.config['hidden_dim']} ({matched.params:,} parameters) vs k=1 hidden_dim={config.get('hidden_dim')} "
               f"({matched.reference_params:,} parameters)")
@@ -276,7 +303,8 @@ class InrEditing(EpochMetricTask):
         weights, biases = self.edited_networks(batch.graph)
         B, k = weights[0].shape[:2]
         size = batch.image.shape[-2:]
-        members = render([w.flatten(0, 1) for w in weights], [b.flatten(0, 1) for b in biases], tuple(size))
+        members = render([w.flatten(0, 1) for w in weights], [b.flatten(0, 1) for b in biases], tuple(size),
+                         self.siren_convention)
         members = members.view(B, k, *size)
         prediction = members.mean(dim=1)
         target = self.edit(batch.image)
