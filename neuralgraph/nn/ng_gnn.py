@@ -9,7 +9,6 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.aggr import DegreeScalerAggregation
-from torch_geometric.utils import degree
 
 from neuralgraph.graph.core import Layout, mlp_to_graph
 from neuralgraph.graph.spec import GraphSpec
@@ -25,12 +24,10 @@ def layout_degree_histogram(layout: Layout) -> Tensor:
     """Histogram of node degrees in the parameter graph of ``layout`` with reverse edges.
 
     PNA's degree scalers normalise by the average log-degree of the training graphs; a
-    representative layout fixes it.
+    representative layout fixes it (:attr:`GraphSpec.degree_histogram` of one such graph).
     """
     weights = [torch.zeros(d_out, d_in) for d_in, d_out in zip(layout[:-1], layout[1:])]
-    graph = mlp_to_graph(weights, [torch.zeros(d) for d in layout[1:]])
-    deg = degree(graph.edge_index.flatten(), num_nodes=graph.num_nodes, dtype=torch.long)
-    return torch.bincount(deg)
+    return torch.tensor(GraphSpec.of(mlp_to_graph(weights, [torch.zeros(d) for d in layout[1:]])).degree_histogram)
 
 
 class NGGNNLayer(MessagePassing, MetanetLayer):

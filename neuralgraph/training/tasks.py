@@ -85,8 +85,9 @@ class MetanetTask(L.LightningModule):
         metanet_config: constructor arguments of that metanetwork.
         spec: the data's :class:`~neuralgraph.graph.spec.GraphSpec` as a dict; ``neuralgraph fit``
             links it from the data module (``datamodule.spec``), and it is stored in checkpoints.
-            The metanetwork is built for it (``build_metanet(name, spec=spec)``); ``None``: from
-            ``metanet_config`` alone.
+            The metanetwork is built for it (``build_metanet(name, spec=spec)``) and INRs are
+            rendered with its SIREN convention (``siren_convention``; DWS MNIST's without one);
+            ``None``: from ``metanet_config`` alone.
         lr, weight_decay: AdamW settings.
         lr_factor, lr_patience, min_lr: ReduceLROnPlateau on ``val/loss`` (patience in epochs).
         normalize_inputs: before fitting, standardise the encoder's inputs layer by layer with
@@ -113,20 +114,14 @@ class MetanetTask(L.LightningModule):
     ):
         super().__init__()
         self.save_hyperparameters()  # collects the arguments of subclass constructors too
+        # parsed once: the loss renders with the convention at every step
+        self.graph_spec = None if spec is None else GraphSpec.from_dict(spec)
+        self.siren_convention = (DWS_MNIST if self.graph_spec is None or self.graph_spec.convention is None
+                                 else SirenConvention.from_dict(self.graph_spec.convention))
         self.metanet = build_metanet(metanet, spec=self.graph_spec, **self.metanet_config_resolved())
         if compile:
             for layer in self.metanet.layers:
                 layer.compile()
-
-    @property
-    def graph_spec(self) -> Optional[GraphSpec]:
-        return None if self.hparams.spec is None else GraphSpec.from_dict(self.hparams.spec)
-
-    @property
-    def siren_convention(self) -> SirenConvention:
-        """The SIREN convention of the data's INRs (its spec), else the DWS MNIST INRs'."""
-        spec = self.graph_spec
-        return DWS_MNIST if spec is None or spec.convention is None else SirenConvention.from_dict(spec.convention)
 
     def metanet_config_resolved(self) -> dict[str, Any]:
         """The metanetwork's constructor arguments (subclasses may adjust, e.g. budget matching)."""
