@@ -19,7 +19,8 @@ import torch
 import torchmetrics
 from torch import nn
 
-from neuralgraph.data.cnn_zoo import CnnZooDataset, read_manifest, weight_statistics
+from neuralgraph.data.cnn_zoo import ZOO_FOLDER, CnnZooDataset, weight_statistics
+from neuralgraph.data.shards import read_manifest
 from neuralgraph.training.cli import run_lightning_cli
 
 CONFIGS = sorted(Path(__file__).resolve().parent.parent.joinpath("configs", "cnn_zoo").glob("*.yaml"))
@@ -74,7 +75,7 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=Path("runs/bench_cnn_zoo"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cnn_zoo.md"))
     args = parser.parse_args()
-    manifest = read_manifest(args.zoo)
+    manifest = read_manifest(args.zoo, ZOO_FOLDER)
     data = {split: CnnZooDataset(args.zoo, split) for split in ("train", "val", "test")}
     accuracy = torch.cat([d.accuracy for d in data.values()])
     rows = []

@@ -51,18 +51,20 @@ from pathlib import Path
 
 import torch
 
+from neuralgraph.nn import METANETS
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 # The systems of the paper's dilation table at their published sizes: configs/dilation/paper/<row>_k<k>.yaml.
 PAPER_ROWS = ("nft", "np_nfn", "ng_gnn64", "ng_t64", "scalegmn_b", "scalegmn_b_gradmetanet", "gmn_gradmetanet", "dws",
               "gmn")
-# The architecture table of the cpu protocols: name -> (registered metanet, options beside the width).
-# Two attention heads: widths then move in steps of 2, fine enough to land within 5% of the budget.
+# Options beside the width of a registered metanet in the cpu protocols. Two attention heads: widths
+# then move in steps of 2, fine enough to land within 5% of the budget.
+CPU_OPTIONS = {"ng_t": {"num_heads": 2}, "nft": {"num_heads": 2}}
+# The architecture table of the cpu protocols: name -> (registered metanet, options beside the width):
+# every registered metanet, then the probe- and gradient-feature variants.
 CPU_SYSTEMS = {
-    "gmn": ("gmn", {}), "ng_gnn": ("ng_gnn", {}), "ng_t": ("ng_t", {"num_heads": 2}), "nft": ("nft", {"num_heads": 2}),
-    "dws": ("dws", {}),
-    "nfn_hnp": ("nfn_hnp", {}), "nfn_np": ("nfn_np", {}), "scalegmn": ("scalegmn", {}),
-    "scalegmn_b": ("scalegmn_b", {}),
+    **{name: (name, CPU_OPTIONS.get(name, {})) for name in METANETS},
     "ng_gnn_probe16": ("ng_gnn", {"probe_features": 16}),
     "gmn_grad16": ("gmn", {"gradient_features": 16}),
     "scalegmn_b_grad16": ("scalegmn_b", {"gradient_features": 16}),
@@ -178,20 +180,28 @@ def run_settings(protocol: dict, arch: str, k: int) -> dict:
 
         config_file = config_path(protocol["configs"], arch, k)
         init_args = yaml.safe_load(config_file.read_text())["model"]["init_args"]
-        metanet, metanet_config = init_args["metanet"], {**init_args["metanet_config"],
+        reference = {"hidden_dim": init_args["reference_hidden_dim"]} if "reference_hidden_dim" in init_args else {}
+        metanet, metanet_config = init_args["metanet"], {**init_args["metanet_config"], **reference,
                                                           **protocol.get("metanet_config", {})}
     return {"config": str(config_file.relative_to(ROOT)), "metanet": metanet, "metanet_config": metanet_config,
             "budget_width_multiple": PROTOCOL_WIDTH_MULTIPLE, "data": protocol["data"], "trainer": protocol["trainer"]}
 
 
 def run_arguments(settings: dict, seed: int, data_root: Path, out: Path) -> list[str]:
-    """``neuralgraph fit`` arguments of one run (resuming from ``out``'s last checkpoint if any)."""
+    """``neuralgraph fit`` arguments of one run (resuming from ``out``'s last checkpoint if any).
+
+    The settings' k = 1 width is the run's ``reference_hidden_dim``: the task matches its width to that
+    budget (at k = 1, the width itself).
+    """
+    config = dict(settings["metanet_config"])
+    width = config.pop("hidden_dim")
     args = ["fit", "--config", str(ROOT / settings["config"]), "--seed_everything", str(seed),
             "--data.root", str(data_root), "--trainer.default_root_dir", str(out), "--ckpt_path", "last",
             "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(out),
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
             "--model.init_args.metanet", settings["metanet"],
-            "--model.init_args.metanet_config", json.dumps(settings["metanet_config"]),
+            "--model.init_args.metanet_config", json.dumps(config),
+            "--model.init_args.reference_hidden_dim", str(width),
             "--model.init_args.budget_width_multiple", str(settings["budget_width_multiple"])]
     if "decoder_members" in settings:
         args += ["--model.init_args.decoder_members", settings["decoder_members"]]

@@ -29,8 +29,9 @@ from pathlib import Path
 import torch
 
 from neuralgraph.commands.inr_stats import DWS_REFERENCE_STD
-from neuralgraph.data.generate import inr_seed, read_manifest, split_digits
+from neuralgraph.data.generate import INR_FOLDER, inr_seed, split_digits
 from neuralgraph.data.inr_dataset import InrDataset
+from neuralgraph.data.shards import read_manifest
 from neuralgraph.inr import DWS_MNIST, PRESETS, FitConfig, FitResult, SirenConvention, fit_inrs
 from neuralgraph.theory.gp import audit_gp
 from neuralgraph.theory.quantize import quantize_mlp
@@ -81,7 +82,7 @@ def fit(name: str, n: int, source: str) -> tuple[FitResult, SirenConvention, Fit
 
 def load(root: Path, n: int) -> tuple[FitResult, SirenConvention, FitConfig, str, float]:
     """The first ``n`` train INRs of a ``make-inrs`` folder (no fitting time: NaN)."""
-    data, manifest = InrDataset(root, "train"), read_manifest(root)
+    data, manifest = InrDataset(root, "train"), read_manifest(root, INR_FOLDER)
     if len(data) < n:
         raise ValueError(f"{root}: {len(data)} train INRs, fewer than --n {n}")
     result = FitResult([w[:n] for w in data.weights], [b[:n] for b in data.biases], data.psnrs[:n], data.steps[:n])

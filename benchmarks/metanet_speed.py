@@ -20,7 +20,8 @@
   commit ``--baseline`` (default :data:`BASELINE_COMMIT`), loaded from git at run time
   (:func:`pinned_neuralgraph`) with the same parameters, outputs checked equal: new code as
   selected automatically (dense blocks on this one-layout batch), new code forced onto the
-  general path (``encoder.dense = False``), and the old code (``--only-baseline``: this alone);
+  general path (``encoder.dense = False``), and the old code both ways (``--only-baseline``: this
+  alone);
   with ``--compile``, also the new code with each layer compiled by ``torch.compile`` in place (as
   the tasks' ``compile`` option does), its compilation time (the first fwd+bwd step) reported apart;
   with ``--bf16``, also the new code (and, with ``--compile``, the compiled layers) under bfloat16
@@ -119,8 +120,10 @@ def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync,
                    compiled: bool = False, bf16: bool = False) -> tuple[dict, dict]:
     """Fwd+bwd steps of ``name`` now (path chosen automatically, forced general, with ``compiled``
     the automatic path with its layers compiled, lazily: the first step compiles, with ``bf16`` the
-    automatic path (and the compiled one) under bfloat16 autocast) and at the pinned commit, same
-    parameters; and the max |output difference| of each new path from the old code."""
+    automatic path (and the compiled one) under bfloat16 autocast) and at the pinned commit (path
+    chosen automatically, and forced general: ``encoder.dense = False``, which a commit without
+    the switch ignores), same parameters; and the max |output difference| of each new path from
+    the old code."""
     current = build_metanet(name, **cfg).to(graph.x.device)
     general = build_metanet(name, **cfg).to(graph.x.device)
     general.load_state_dict(current.state_dict())
@@ -132,7 +135,10 @@ def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync,
     if missing.missing_keys or missing.unexpected_keys:
         raise ValueError(f"{name}: parameters differ from the baseline's (missing {missing.missing_keys}, "
                          f"unexpected {missing.unexpected_keys}); checkpoints would not load either")
-    models = {"new": current, "general": general, "old": old}
+    old_general = pinned.build_metanet(name, **cfg).to(graph.x.device)
+    old_general.load_state_dict(old.state_dict())
+    old_general.encoder.dense = False
+    models = {"new": current, "general": general, "old": old, "old_general": old_general}
     if compiled:
         models["compiled"] = build_metanet(name, **cfg).to(graph.x.device)
         models["compiled"].load_state_dict(current.state_dict())
@@ -145,7 +151,7 @@ def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync,
     with torch.no_grad():
         reference = old(graph)
         differences = {path: max((a - b).abs().max().item() for a, b in zip(forward(), reference))
-                       for path, forward in forwards.items() if path != "old"}
+                       for path, forward in forwards.items() if not path.startswith("old")}
     return {path: backward_step(forward, sync) for path, forward in forwards.items()}, differences
 
 
@@ -177,15 +183,17 @@ def baseline_comparison(graph, args, sync) -> dict:
     bf16_header = f"{'bf16':>9}{'bf16/old':>9}{'bf16/new':>9}{'bf16 diff':>10}" if args.bf16 else ""
     if args.bf16 and args.compile:
         bf16_header += f"{'comp+bf16':>10}{'c+b/old':>9}"
-    print(f"{'metanet':<9}{'d':>5}{'new':>9}{'general':>9}{'old':>9}{'new/old':>9}{'gen/old':>9}{'new diff':>10}"
-          f"{'gen diff':>10}{compiled_header}{bf16_header}")
+    print(f"{'metanet':<9}{'d':>5}{'new':>9}{'general':>9}{'old':>9}{'old gen':>9}{'new/old':>9}{'gen/old':>9}"
+          f"{'gen/ogen':>9}{'new diff':>10}{'gen diff':>10}{compiled_header}{bf16_header}")
     table = {}
     for name in args.baseline_metanets:
-        new, general, old = (rates[(name, path)] for path in ("new", "general", "old"))
+        new, general, old, old_general = (rates[(name, path)] for path in ("new", "general", "old", "old_general"))
         table[name] = {"hidden_dim": widths[name], "new": new, "general": general, "old": old,
-                       "difference": differences[name]["new"], "general_difference": differences[name]["general"]}
-        row = (f"{name:<9}{widths[name]:>5}{new:>9.1f}{general:>9.1f}{old:>9.1f}{new / old:>8.2f}x"
-               f"{general / old:>8.2f}x{differences[name]['new']:>10.1e}{differences[name]['general']:>10.1e}")
+                       "old_general": old_general, "difference": differences[name]["new"],
+                       "general_difference": differences[name]["general"]}
+        row = (f"{name:<9}{widths[name]:>5}{new:>9.1f}{general:>9.1f}{old:>9.1f}{old_general:>9.1f}{new / old:>8.2f}x"
+               f"{general / old:>8.2f}x{general / old_general:>8.2f}x{differences[name]['new']:>10.1e}"
+               f"{differences[name]['general']:>10.1e}")
         if args.compile:
             compiled = rates[(name, "compiled")]
             table[name].update(compiled=compiled, compiled_difference=differences[name]["compiled"],
@@ -282,18 +290,16 @@ def backward_step(forward: Callable[[], tuple[Tensor, ...]], sync: Callable[[], 
 
 
 def layer_stack_step(name: str, graph, channels: int, num_layers: int, dense: bool, sync) -> Callable[[], None]:
-    """Forward+backward of the layers of ``name`` (encoder run once, outside the step), general or dense path."""
+    """Forward+backward of the layers of ``name`` (encoder run once, outside the step), dense or general path
+    (``Metanet.dense_stack`` / ``general_stack``)."""
     model = build_metanet(name, hidden_dim=channels, num_layers=num_layers, max_layers=len(LAYOUT) - 1)
     model = model.to(graph.x.device)
-    model.encoder.dense = None if dense else False
     with torch.no_grad():
         node0, edge0, context = model.encoder(graph)
+    stack = model.dense_stack if dense else model.general_stack
 
     def forward():
-        node, edge = node0.requires_grad_(), edge0.requires_grad_()
-        for layer in model.layers:
-            node, edge = layer(node, context.edge_index, edge, **layer.context_arguments(context))
-        return node, edge
+        return stack(node0.requires_grad_(), edge0.requires_grad_(), context)
 
     return backward_step(forward, sync)
 
@@ -470,10 +476,7 @@ def main(argv=None) -> dict:
     dense0 = to_dense(graph, node0, edge0)
 
     def sparse_layers():
-        node, edge = node0, edge0
-        for layer in gmn.layers:
-            node, edge = layer(node, context.edge_index, edge)
-        return node, edge
+        return gmn.general_stack(node0, edge0, context)
 
     def dense_layers():
         node, edge, adjacency = dense0

@@ -96,7 +96,8 @@ class TrainingStep:
 
         torch.manual_seed(0)
         name, config = CPU_REFERENCE
-        self.task = tasks.InrEditing(metanet=name, metanet_config=config, k=k, match_budget=True,
+        shared = {key: value for key, value in config.items() if key != "hidden_dim"}
+        self.task = tasks.InrEditing(metanet=name, metanet_config=shared, k=k, reference_hidden_dim=config["hidden_dim"],
                                      normalize_inputs=False, budget_width_multiple=width_multiple or WIDTH_MULTIPLE)
         self.optimizer = torch.optim.AdamW(self.task.parameters(), lr=1e-3)
         self.batch = random_batch(BATCH)

@@ -1,13 +1,18 @@
 """Write configs/dilation/<arch>_k<k>.yaml (the OCE dilation grid) and configs/dilation/paper/<row>_k<k>.yaml.
 
-k = 1 uses the width below; k > 1 sets ``match_budget: true`` so that the task shrinks
-``hidden_dim`` at start until metanet + decoder(k) fit the k = 1 parameter count (both counts
-are printed). Each config checkpoints and logs in its own ``runs/<path under configs/>``, so
-``--ckpt_path last`` of one config never resumes another's run. ``paper/`` holds the systems of the paper's dilation table at their published
-sizes (sources in docs/architectures.md). Run from the repository root:
+The grid holds every registered architecture (:data:`neuralgraph.nn.METANETS`); a registered
+name without a reference configuration below is an error. k = 1 uses the width below; k > 1
+gives it as ``reference_hidden_dim`` instead, so that the task picks ``hidden_dim`` at start,
+the largest width at which metanet + decoder(k) fit the k = 1 parameter count (both counts are
+printed), and stores it in the checkpoint. Each config checkpoints and logs in its own
+``runs/<path under configs/>``, so ``--ckpt_path last`` of one config never resumes another's
+run. ``paper/`` holds the systems of the paper's dilation table at their published sizes
+(sources in docs/architectures.md). Run from the repository root:
 ``python configs/generate_dilation.py``.
 """
 from pathlib import Path
+
+from neuralgraph.nn import METANETS
 
 ARCHITECTURES = {  # the k = 1 reference configurations
     "gmn": {"hidden_dim": 128, "num_layers": 4, "dropout": 0.0},
@@ -17,6 +22,8 @@ ARCHITECTURES = {  # the k = 1 reference configurations
     "dws": {"hidden_dim": 32, "num_layers": 4, "dropout": 0.0},
     "nfn_hnp": {"hidden_dim": 32, "num_layers": 4, "dropout": 0.0},
     "nfn_np": {"hidden_dim": 32, "num_layers": 4, "dropout": 0.0},
+    "scalegmn": {"hidden_dim": 64, "num_layers": 4, "dropout": 0.0},
+    "scalegmn_b": {"hidden_dim": 64, "num_layers": 4, "dropout": 0.0},
 }
 KS = (1, 2, 4, 8)
 
@@ -54,8 +61,7 @@ model:
     metanet: {arch}
     metanet_config: {{{config}}}
     k: {k}
-    edit: dilation
-    match_budget: {match}
+    edit: dilation{reference}
 data:
   root: data/inrs
   batch_size: 32
@@ -66,14 +72,23 @@ trainer:
 
 
 def config_text(arch: str, config: dict, k: int, root_dir: str) -> str:
-    budget = ("Reference width (k = 1)." if k == 1 else
-              "hidden_dim below is the k = 1 reference; match_budget shrinks it at start.")
-    return TEMPLATE.format(arch=arch, k=k, budget=budget, match=str(k > 1).lower(), root_dir=root_dir,
+    """One config: ``config`` as is at k = 1; at k > 1 its ``hidden_dim`` becomes ``reference_hidden_dim``."""
+    if k == 1:
+        budget, reference = "The reference width (k = 1).", ""
+    else:
+        width = config["hidden_dim"]
+        config = {key: value for key, value in config.items() if key != "hidden_dim"}
+        budget = f"Budget-matched to the k = 1 model (hidden_dim {width}): hidden_dim is chosen at start, then stored."
+        reference = f"\n    reference_hidden_dim: {width}"
+    return TEMPLATE.format(arch=arch, k=k, budget=budget, reference=reference, root_dir=root_dir,
                            config=", ".join(f"{key}: {value}" for key, value in config.items()))
 
 
 def write_grid() -> None:
-    """configs/dilation/<arch>_k<k>.yaml."""
+    """configs/dilation/<arch>_k<k>.yaml for every registered architecture."""
+    missing = sorted(set(METANETS) - set(ARCHITECTURES))
+    if missing:
+        raise ValueError(f"ARCHITECTURES has no reference configuration for the registered metanets {missing}")
     out = Path(__file__).with_name("dilation")
     for arch, config in ARCHITECTURES.items():
         for k in KS:

@@ -72,13 +72,13 @@ def test_entries_are_the_graphs_of_their_modules(tiny_zoo):
 def test_a_mixed_activation_zoo_is_one_dataset_whose_graphs_name_their_activation(tiny_zoo):
     """Every entry's hidden neurons carry its network's activation; a metanetwork with
     node_activations=True reads them, so networks that differ only in activation encode apart."""
-    from neuralgraph.graph import ACTIVATIONS as GRAPH_ACTIVATIONS
+    from neuralgraph.graph import Activation
     from neuralgraph.nn import build_metanet
 
     dataset = CnnZooDataset(tiny_zoo, "train")
     graph = dataset.batch(range(len(dataset))).graph
     hidden = (graph.node_layer > 0) & (graph.node_layer < 4)
-    names = [GRAPH_ACTIVATIONS[int(c)] for c in graph.activation[hidden]]
+    names = [list(Activation)[int(c)] for c in graph.activation[hidden]]
     assert names == [ACTIVATIONS[int(a)] for a in dataset.tensors["activation"][graph.batch[hidden]]]
     assert len(set(names)) > 1 and bool((graph.activation[~hidden] == 0).all())
     torch.manual_seed(0)

@@ -49,6 +49,7 @@ def test_compile_option_compiles_every_layer_in_place_with_eager_state_dict_keys
     config = {"hidden_dim": 8, "num_layers": 2}
     eager, compiled = (InrEditing(metanet="ng_gnn", metanet_config=config, compile=flag) for flag in (False, True))
     assert all(layer._compiled_call_impl is not None for layer in compiled.metanet.layers)
+    assert all(hasattr(layer.forward_dense, "_torchdynamo_orig_callable") for layer in compiled.metanet.layers)
     assert all(layer._compiled_call_impl is None for layer in eager.metanet.layers)
     compiled.load_state_dict(eager.state_dict())  # strict: the same keys, no `_orig_mod.`
 

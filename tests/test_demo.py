@@ -10,7 +10,7 @@ from neuralgraph.commands.demo import DEFAULT_CONFIG
 
 def test_demo_writes_the_table_and_the_side_by_side_grid(tmp_path, capsys):
     config = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    config["model"]["init_args"]["metanet_config"] = {"hidden_dim": 16, "num_layers": 1, "dropout": 0.0}
+    config["model"]["init_args"].update(metanet_config={"num_layers": 1, "dropout": 0.0}, reference_hidden_dim=16)
     config["data"].update(root=str(tmp_path / "inrs"), limit_train=12, limit_val=6, limit_test=6)
     config["trainer"].update(max_epochs=1, enable_progress_bar=False)
     path = tmp_path / "demo.yaml"
@@ -19,6 +19,7 @@ def test_demo_writes_the_table_and_the_side_by_side_grid(tmp_path, capsys):
     printed = capsys.readouterr().out
     table = [line for line in printed.splitlines() if line.startswith(("| 1 |", "| 4 |"))]
     assert len(table) == 2, printed
+    assert table[0].startswith("| 1 | 16 |") and not table[1].startswith("| 4 | 16 |")  # k = 4 budget-matched
     grid = Path(printed.rsplit("side by side: ", 1)[1].split()[0])
     assert grid == tmp_path / "runs" / "comparison_test.png"
     width, height = Image.open(grid).size

@@ -1,9 +1,10 @@
-"""The dense path of the weight-space layers (``LayerIndex.widths``) computes what the general path does.
+"""The dense path of every layer (``forward_dense``) computes what the general path (``forward``) does.
 
-A canonical one-layout batch is read as per-layer blocks ``[B, d_out, d_in, C]``
-(:func:`~neuralgraph.nn.encoder.uniform_widths`); every other batch takes the index path. Both
-must give the same features and gradients (float64, 1e-10), and the selection must never take
-the dense path on a batch it does not describe.
+A batch of one layout stored canonically (``GraphContext.widths``: from the batch's
+``WeightBlocks``, or :func:`~neuralgraph.nn.context.uniform_widths`) is read as per-layer blocks
+``[B, d_out, d_in, C]``; every other batch takes the general path. Both must give the same
+features and gradients (float64, 1e-10), the selection must never take the dense path on a batch
+it does not describe, and a batch that carries its weights must give what its graph alone gives.
 """
 from __future__ import annotations
 
@@ -19,10 +20,13 @@ from hypothesis import strategies as st
 from torch_geometric.data import Batch
 from torch_geometric.nn import MessagePassing
 
-from neuralgraph.data.inr_dataset import InrDataset
-from neuralgraph.graph import mlp_to_graph, module_to_graph
-from neuralgraph.nn import build_metanet
-from neuralgraph.nn.encoder import graph_context, uniform_widths
+from neuralgraph.data.cnn_zoo import zoo_blocks, zoo_graph
+from neuralgraph.data.inr_dataset import InrBatch, InrDataset
+from neuralgraph.graph import GraphSpec, graph_to_blocks, mlp_to_graph, module_to_graph
+from neuralgraph.nn import METANETS, WeightBlocks, build_metanet
+from neuralgraph.nn import context as context_module
+from neuralgraph.nn.context import graph_context, uniform_widths
+from neuralgraph.training import tasks
 
 WEIGHT_SPACE = ("dws", "nfn_hnp", "nfn_np")
 MESSAGE_PASSING = ("gmn", "ng_gnn")  # dense blocks from GraphContext.widths
@@ -68,7 +72,7 @@ def test_dense_equals_general_path(name, widths, inputs, outputs, spare, batch_s
     message-passing layers reduce blocks over an axis where the general path scatters."""
     layout = (inputs, *widths, outputs)
     graph = random_graph(layout, batch_size, seed)
-    assert graph_context(graph, with_layer_index=True).layers.widths == layout
+    assert graph_context(graph, with_layer_index=True).widths == layout
     metanet = (message_passing_model(name, layout) if name in MESSAGE_PASSING + ATTENTION
                else model(name, layout, inputs + spare, outputs + spare))
     dense = features_and_gradients(metanet, graph, True)
@@ -104,16 +108,25 @@ def test_message_passing_dense_path_does_not_propagate(name):
     assert len(calls) >= 2 * metanet.num_layers
 
 
-@pytest.mark.parametrize("name, layer_name, edges", [("gmn", "EdgeUpdate", 18), ("ng_gnn", "NGGNNLayer", 36)])
-def test_widths_that_do_not_fit_the_rows_are_named(name, layer_name, edges):
-    """A layer called with widths of another layout fails with both sizes, not a reshape error."""
+@pytest.mark.parametrize("name, metanet_name, edges", [("gmn", "GMN", 18), ("ng_gnn", "NGGNN", 36),
+                                                        ("ng_t", "NGT", 36), ("nft", "NFT", 18)])
+def test_widths_that_do_not_fit_the_rows_are_named(name, metanet_name, edges):
+    """A context whose widths are of another layout fails with both sizes, not a reshape error."""
     metanet = message_passing_model(name, (2, 3, 1))
-    node, edge, context = metanet.encoder(random_graph((2, 3, 1), 2, 0))
-    layer = metanet.layers[0]
-    arguments = layer.context_arguments(context._replace(widths=(2, 3, 3, 1)))
-    with pytest.raises(ValueError, match=rf"{layer_name}: widths=\(2, 3, 3, 1\) describe graphs of 9 nodes and "
-                                         rf"{edges} edge rows, but x has 12 rows"):
-        layer(node, context.edge_index, edge, **arguments)
+    graph = random_graph((2, 3, 1), 2, 0)
+    context = metanet.context(graph)._replace(widths=(2, 3, 3, 1))
+    with pytest.raises(ValueError, match=rf"^{metanet_name}: widths=\(2, 3, 3, 1\) describe graphs of 9 nodes and "
+                                         rf"{edges} edge rows, but x has 12 rows and edge_attr {edges}$"):
+        metanet(graph, context)
+
+
+def test_blocks_that_do_not_describe_the_graph_are_named():
+    graph = random_graph((2, 3, 1), 2, 0)
+    weights = [torch.zeros(2, 4, 2), torch.zeros(2, 1, 4)]
+    blocks = WeightBlocks.of_mlps(weights, [torch.zeros(2, 4), torch.zeros(2, 1)])
+    with pytest.raises(ValueError, match=r"^blocks: 2 networks of layout \(2, 4, 1\) \(14 nodes, 24 edges\) do not "
+                                         r"describe the graph's 2 graphs, 12 nodes and 18 edges$"):
+        graph_context(graph, blocks=blocks)
 
 
 @pytest.mark.parametrize("name", MESSAGE_PASSING + ATTENTION)
@@ -166,7 +179,7 @@ def test_conv_graphs_of_one_layout_are_dense_blocks_too(name):
 
 def test_mixed_layouts_take_the_general_path():
     mixed = Batch.from_data_list([random_graph((2, 3, 1), 1, 0), random_graph((2, 4, 1), 1, 1)])
-    assert graph_context(mixed, with_layer_index=True).layers.widths is None
+    assert graph_context(mixed, with_layer_index=True).widths is None
     with pytest.raises(ValueError, match="dense=True but the batch is not one layout stored canonically"):
         graph_context(mixed, with_layer_index=True, dense=True)
 
@@ -181,7 +194,7 @@ def test_relabelled_nodes_take_the_general_path_with_the_same_result():
         graph.x[order], graph.node_layer[order], graph.node_index[order], graph.node_type[order])
     relabelled.edge_index = torch.argsort(order)[graph.edge_index]
     context = graph_context(relabelled, with_layer_index=True)
-    assert context.layers.widths is None
+    assert context.widths is None
     metanet = model("dws", (2, 3, 3, 1), 2, 1)
     with torch.no_grad():
         node, edge = metanet(graph)
@@ -206,48 +219,84 @@ def test_too_many_inputs_named_on_the_dense_path():
         metanet(graph)
 
 
+def check_blocks_describe(graph, blocks):
+    """``blocks`` are the graph's own weights and layout, and the graph is stored canonically."""
+    layout = blocks.layout
+    assert uniform_widths(graph.node_layer, graph.node_index, graph.edge_index, graph.edge_layer, graph.batch,
+                          graph.num_graphs) == layout
+    weights, biases = graph_to_blocks(graph)
+    for w, b, block, bias in zip(weights, biases, blocks.weights, blocks.biases, strict=True):
+        assert torch.equal(w[..., :block.shape[-1]], block) and torch.equal(b, bias)
+
+
 @pytest.mark.parametrize("permute", [False, True])
-def test_dataset_batches_take_the_dense_path(tiny_inrs, permute):
-    """Training batches (InrDataset.batch, with or without permutation augmentation) are canonical."""
+def test_dataset_batches_carry_their_weights_and_layout(tiny_inrs, permute, monkeypatch):
+    """Training batches (InrDataset.batch, with or without permutation augmentation) carry the weights their
+    canonical graph was built from; the context takes the layout from them, detecting nothing."""
     dataset = InrDataset(tiny_inrs, "train")
-    graph = dataset.batch(list(range(5)), permute=permute).graph
-    assert graph_context(graph, with_layer_index=True).layers.widths == dataset.convention.layout
+    batch = dataset.batch(list(range(5)), permute=permute)
+    assert batch.blocks.layout == dataset.convention.layout
+    check_blocks_describe(batch.graph, batch.blocks)
+    monkeypatch.setattr(context_module, "uniform_widths", lambda *args: pytest.fail("layout detected"))
+    assert build_metanet("gmn", hidden_dim=4, num_layers=1).context(batch.graph, batch.blocks).widths == batch.blocks.layout
 
 
-@pytest.mark.parametrize("name, rows, message", [
-    ("ng_t", 18, r"RelationalAttentionLayer: widths=\(2, 3, 1\) describe graphs of 6 nodes and 18 edge rows, but x has 12 "
-                 r"rows and edge_attr 18"),
-    ("nft", 9, r"NeuronAttentionLayer: widths=\(2, 3, 1\) describe graphs of 6 nodes and 9 edge rows, but x has 12 rows "
-               r"and edge_attr 9")])
-def test_attention_dense_path_names_rows_that_do_not_fit(name, rows, message):
-    """NG-T's dense path needs every edge and its opposite; both need whole graphs of the layout."""
-    layout = (2, 3, 1)
-    metanet = message_passing_model(name, layout)
-    node, edge, context = metanet.encoder(random_graph(layout, 2, 0))
-    layer = metanet.layers[0]
-    with pytest.raises(ValueError, match=message):
-        layer(node, context.edge_index, edge[:rows], **layer.context_arguments(context))
+def test_zoo_batches_carry_their_weights_and_layout():
+    """CnnZooDataset.batch's blocks (zoo_blocks of the entries) describe the canonical graph zoo_graph builds."""
+    generator = torch.Generator().manual_seed(0)
+    layout = (1, 4, 4, 4, 10)
+    weights = [torch.randn(3, o, i, *((3, 3) if l < 3 else ()), generator=generator)
+               for l, (i, o) in enumerate(zip(layout, layout[1:]))]
+    biases = [torch.randn(3, o, generator=generator) for o in layout[1:]]
+    blocks = WeightBlocks.of(zoo_blocks(weights), biases)
+    assert blocks.layout == layout
+    check_blocks_describe(zoo_graph(weights, biases, torch.tensor([0, 1, 2])), blocks)
+
+
+def with_blocks(batch):
+    """``batch`` with the ``WeightBlocks`` its builder would have kept, read from its graph."""
+    weights, biases = graph_to_blocks(batch.graph)
+    if isinstance(batch, InrBatch):
+        return batch._replace(blocks=WeightBlocks.of(weights, biases))
+    return batch._replace(blocks=WeightBlocks.of(weights[:-1] + [weights[-1][..., :1]], biases))  # 3x3 convs, linear
+
+
+@pytest.mark.parametrize("name", sorted(METANETS))
+def test_batches_with_blocks_compute_what_their_graphs_alone_do(name):
+    """Every task (tests/test_pinned_outputs.py's float64 batches): the same loss, outputs and gradients whether
+    the batch carries its WeightBlocks (read by the context, the decoder and the targets) or not."""
+    from test_pinned_outputs import METANET_CONFIG, TASKS, task_batch
+
+    for task in TASKS:
+        results = []
+        for batch in (task_batch(task), with_blocks(task_batch(task))):
+            torch.manual_seed(0)
+            module = getattr(tasks, task)(metanet=name, metanet_config=dict(METANET_CONFIG),
+                                          spec=GraphSpec.of(batch.graph).to_dict(), normalize_inputs=False,
+                                          **TASKS[task]).double().eval()
+            loss, outputs = module.loss_and_outputs(batch)
+            loss.backward()
+            results.append([loss, *outputs.values()] + [p.grad for p in module.parameters() if p.grad is not None])
+        assert len(results[0]) == len(results[1]) > 2
+        for a, b in zip(*results):
+            torch.testing.assert_close(a, b, rtol=0, atol=TOLERANCE)
 
 
 @pytest.mark.parametrize("name", WEIGHT_SPACE)
 @pytest.mark.parametrize("spare", [0, 2])
 def test_folded_stack_equals_the_layers_one_by_one(name, spare):
-    """WeightSpaceMetanet.forward folds a canonical batch once for all layers (spare input/output slots set
-    back to zero between them); calling the layers one by one on rows, as compiled layers or dropout do,
-    gives the same features and gradients."""
+    """WeightSpaceMetanet.dense_stack folds a canonical batch once for all layers (spare input/output slots set
+    back to zero between them); calling the layers' forward one by one on its rows gives the same features and
+    gradients."""
     layout = (2, 4, 3, 1)
     graph = random_graph(layout, 3, seed=5)
     metanet = model(name, layout, layout[0] + spare, layout[-1] + spare)
     folded = features_and_gradients(metanet, graph, None)
-
-    def one_by_one(graph):
-        node, edge, context = metanet.encoder(graph)
-        for layer in metanet.layers:
-            node, edge = layer(node, context.edge_index, edge, **layer.context_arguments(context))
-        return node, edge
-
     metanet.zero_grad()
-    node, edge = one_by_one(graph)
+    node, edge, context = metanet.encoder(graph)
+    assert context.widths == layout
+    for layer in metanet.layers:
+        node, edge = layer(node, context.edge_index, edge, **layer.context_arguments(context))
     (node.sin().sum() + edge.cos().sum()).backward()
     rows = [node, edge] + [p.grad.clone() for p in metanet.parameters() if p.grad is not None]
     assert len(folded) == len(rows)
@@ -255,16 +304,30 @@ def test_folded_stack_equals_the_layers_one_by_one(name, spare):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
 
 
-def test_dropout_in_training_runs_the_layers_on_rows():
-    """Dropout masks are drawn on rows, as before the folded stack: same seed, same output as one by one."""
+class Doubling(nn.Module):
+    """A deterministic stand-in for dropout: where a dropout acts, both paths must multiply alike."""
+
+    def forward(self, x):
+        return 2 * x
+
+
+@pytest.mark.parametrize("name", WEIGHT_SPACE + MESSAGE_PASSING + ATTENTION)
+def test_dropout_acts_at_the_same_places_on_both_paths(name):
+    """Every dropout of the dense path (on blocks, on the folded weight space) sits where the general path has
+    it: with each replaced by a doubling, both give the same features."""
     layout = (2, 4, 3, 1)
     graph = random_graph(layout, 2, seed=6)
-    torch.manual_seed(0)
-    metanet = build_metanet("dws", hidden_dim=6, num_layers=3, dropout=0.5, max_layers=3).double().train()
-    torch.manual_seed(1)
-    node, edge = metanet(graph)
-    torch.manual_seed(1)
-    node0, edge0, context = metanet.encoder(graph)
-    for layer in metanet.layers:
-        node0, edge0 = layer(node0, context.edge_index, edge0, **layer.context_arguments(context))
-    torch.testing.assert_close((node, edge), (node0, edge0), rtol=0, atol=0)
+    metanet = (message_passing_model(name, layout) if name in MESSAGE_PASSING + ATTENTION
+               else model(name, layout, 3, 2))
+    for module in list(metanet.modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, nn.Dropout):
+                setattr(module, child_name, Doubling())
+    assert any(isinstance(module, Doubling) for module in metanet.modules())
+    outputs = []
+    with torch.no_grad():
+        for dense in (True, False):
+            metanet.encoder.dense = dense
+            outputs.append(metanet(graph))
+    for a, b in zip(*outputs, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=TOLERANCE)

@@ -1,4 +1,5 @@
-"""Per-layer input standardisation of the encoder."""
+"""The encoder: per-layer input standardisation, per-graph edge embeddings, the graph context it is given."""
+import pytest
 import torch
 
 from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutation
@@ -57,3 +58,16 @@ def test_per_graph_edge_embeddings_equal_the_gathered_rows():
         results.append([node, edge] + [p.grad.clone() for p in model.encoder.parameters() if p.grad is not None])
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_a_given_context_is_used_and_one_built_without_reverse_edges_refused():
+    """The metanet encodes with the context it is handed (built once per batch for it and its heads)."""
+    weights, biases = scaled_mlps(seed=4)
+    graph = mlp_to_graph(weights, biases)
+    model = build_metanet("ng_gnn", hidden_dim=4, num_layers=1).double()
+    context = model.context(graph)
+    assert context.reverse is not None and context.widths == (2, 6, 5, 1)
+    torch.testing.assert_close(model(graph, context), model(graph), rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"^GraphEncoder\(reverse_edges=True, layer_index=False\) got a context built "
+                                         r"without them; build it with this encoder's context\(graph\)$"):
+        model(graph, build_metanet("gmn", hidden_dim=4, num_layers=1).context(graph))

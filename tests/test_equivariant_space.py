@@ -16,7 +16,8 @@ from torch_geometric.data import Batch
 
 from neuralgraph.graph import mlp_to_graph, permute_mlp
 from neuralgraph.nn import build_metanet, metanet_class
-from neuralgraph.nn.encoder import EncodedGraph, graph_context
+from neuralgraph.nn.context import graph_context
+from neuralgraph.nn.encoder import EncodedGraph
 from neuralgraph.nn.equivariant_linear import fold, unfold
 from neuralgraph.theory.equivariant_space import (
     commutant_dimension,

@@ -341,37 +341,38 @@ def test_decoding_refuses_non_finite_values_and_indices_out_of_range():
 def test_public_batch_path_builds_the_fast_path_batch(layout, batch, with_skip, with_activations):
     from unittest import mock
 
-    from neuralgraph.graph import core
+    from neuralgraph.graph import batch as batching
+    from neuralgraph.graph import build
 
     weights, biases = random_mlp(layout, batch)
     skips = [(1, 2)] if with_skip and layout[1] == layout[2] else []
     activations = torch.randint(0, 3, (batch, len(layout))) if with_activations else None
 
-    def build(fast):
-        with mock.patch.object(core, "fast_batch_available", lambda: fast):
-            return core.blocks_to_graph([w.unsqueeze(-1) for w in weights], biases, skips=skips,
-                                        activations=activations)
+    def built(fast):
+        with mock.patch.object(batching, "fast_batch_available", lambda: fast):
+            return build.blocks_to_graph([w.unsqueeze(-1) for w in weights], biases, skips=skips,
+                                         activations=activations)
 
-    assert core._same_batch(build(True), build(False))
+    assert batching._same_batch(built(True), built(False))
 
 
 def test_an_unverified_pyg_release_is_checked_once_and_falls_back_to_public_api(monkeypatch):
-    from neuralgraph.graph import core
+    from neuralgraph.graph import batch as batching
 
-    monkeypatch.setattr(core.torch_geometric, "__version__", "9.1.0")
-    core.fast_batch_available.cache_clear()
+    monkeypatch.setattr(batching.torch_geometric, "__version__", "9.1.0")
+    batching.fast_batch_available.cache_clear()
     try:
-        assert core.fast_batch_available()  # the internals still hold: checked, then used
-        core.fast_batch_available.cache_clear()
+        assert batching.fast_batch_available()  # the internals still hold: checked, then used
+        batching.fast_batch_available.cache_clear()
 
         def changed_internals(*args):
             raise AttributeError("'Batch' object has no attribute '_slice_dict'")
 
-        monkeypatch.setattr(core, "_fast_batch", changed_internals)
+        monkeypatch.setattr(batching, "_fast_batch", changed_internals)
         with pytest.warns(UserWarning, match=r"torch_geometric 9.1.0: .*AttributeError.*using Batch.from_data_list"):
-            assert not core.fast_batch_available()
+            assert not batching.fast_batch_available()
         weights, biases = random_mlp((2, 3, 1), 2)
         slow = Batch.from_data_list([mlp_to_graph([w[i] for w in weights], [b[i] for b in biases]) for i in range(2)])
-        assert core._same_batch(mlp_to_graph(weights, biases), slow)
+        assert batching._same_batch(mlp_to_graph(weights, biases), slow)
     finally:
-        core.fast_batch_available.cache_clear()
+        batching.fast_batch_available.cache_clear()

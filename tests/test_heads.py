@@ -324,3 +324,37 @@ def test_decoder_members_parameter_counts():
     assert width("coupled", 8) <= width("independent", 8)
     with pytest.raises(ValueError, match=r"^WeightDecoder members='shared': choose one of independent, coupled, tied$"):
         WeightDecoder(6, 2, members="shared")
+
+
+@pytest.mark.parametrize("members", ["independent", "coupled", "tied"])
+@pytest.mark.parametrize("scaling", [None, "sign"])
+def test_heads_read_the_batch_weights_as_they_read_the_graph(members, scaling):
+    """Given a context holding the batch's WeightBlocks, the decoder adds its deltas to those blocks and the
+    readout pools with the context's graph index: what both compute from the graph alone, gradients included."""
+    from neuralgraph.nn import WeightBlocks
+    from neuralgraph.nn.context import graph_context
+
+    layout = (2, 5, 4, 1)
+    weights, biases = random_mlps(layout, 3, 7)
+    graph = mlp_to_graph(weights, biases)
+    context = graph_context(graph, blocks=WeightBlocks.of_mlps(weights, biases))
+    torch.manual_seed(0)
+    decoder = WeightDecoder(6, 3, max_layers=4, init_scale=0.3, scaling=scaling, members=members).double()
+    readout = InvariantReadout(6, 2, max_layers=4, scaling=scaling).double()
+    if decoder.cross_scale is not None:  # zero at initialisation: let the cross-copy blocks count
+        with torch.no_grad():
+            decoder.cross_scale.fill_(0.2)
+    node = torch.randn(graph.num_nodes, 6, dtype=torch.float64)
+    edge = torch.randn(graph.num_edges, 6, dtype=torch.float64)
+    results = []
+    for given in (context, None):
+        decoder.zero_grad()
+        readout.zero_grad()
+        new_weights, new_biases = decoder(graph, node, edge, given)
+        pooled = readout(graph, node, edge, given)
+        (sum(t.sin().sum() for t in new_weights + new_biases) + pooled.cos().sum()).backward()
+        results.append(new_weights + new_biases + [pooled]
+                       + [p.grad for p in [*decoder.parameters(), *readout.parameters()] if p.grad is not None])
+    assert len(results[0]) == len(results[1])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, rtol=0, atol=TOLERANCE)

@@ -14,9 +14,6 @@ from neuralgraph.inr import (
     FitConfig,
     Siren,
     SirenConvention,
-    _compiled_loss_and_gradient,
-    _loss_and_gradient,
-    _Workspace,
     calibrated_backend,
     fit_inrs,
     grid_axes,
@@ -27,6 +24,8 @@ from neuralgraph.inr import (
     render,
     unpack,
 )
+from neuralgraph.inr.backend import compiled_loss_and_gradient
+from neuralgraph.inr.gradient import Workspace, loss_and_gradient
 
 SIREN_INIT = SirenConvention(init="siren")
 conventions = st.builds(
@@ -102,8 +101,8 @@ def test_hand_written_gradient_equals_autograd(convention, n, height, width):
     weights, biases = perturbed_inrs(convention, n)
     flat = pack(weights, biases)
     targets = torch.rand(n, height, width, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    space = _Workspace(n + 2, convention.layout, height * width, "cpu", torch.float64)
-    mse, grad = _loss_and_gradient(flat, targets, grid_axes(height, width, dtype=torch.float64), convention, space)
+    space = Workspace(n + 2, convention.layout, height * width, "cpu", torch.float64)
+    mse, grad = loss_and_gradient(flat, targets, grid_axes(height, width, dtype=torch.float64), convention, space)
     leaf = flat.clone().requires_grad_()
     reference = (render(*unpack(leaf, convention.layout), (height, width), convention) - targets).square()
     reference = reference.flatten(1).mean(1)
@@ -130,9 +129,9 @@ def test_compiled_kernel_matches_float64_reference(convention, d1, d2, n, height
     weights, biases = perturbed_inrs(convention, n)
     flat = pack(weights, biases)
     targets = torch.rand(n, height, width, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    space = _Workspace(n, convention.layout, height * width, "cpu", torch.float64)
-    mse, grad = _loss_and_gradient(flat, targets, grid_axes(height, width, dtype=torch.float64), convention, space)
-    mse32, grad32 = _compiled_loss_and_gradient(flat.float(), targets.float(), grid_axes(height, width), convention)
+    space = Workspace(n, convention.layout, height * width, "cpu", torch.float64)
+    mse, grad = loss_and_gradient(flat, targets, grid_axes(height, width, dtype=torch.float64), convention, space)
+    mse32, grad32 = compiled_loss_and_gradient(flat.float(), targets.float(), grid_axes(height, width), convention)
     # float32 rounding: the pure-torch path in float32 is off by up to 2e-6 (loss) and 3e-6 (gradient) here
     assert torch.allclose(mse32.double(), mse, rtol=2e-5, atol=0)
     assert ((grad32.double() - grad).abs() <= 3e-5 * grad.abs().amax(1, keepdim=True)).all()
@@ -157,9 +156,9 @@ def test_every_instruction_set_path_matches_float64(kernel_variant, d1, d2, heig
     weights, biases = perturbed_inrs(convention, 2)
     flat = pack(weights, biases)
     targets = torch.rand(2, height, width, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    space = _Workspace(2, convention.layout, height * width, "cpu", torch.float64)
-    mse, grad = _loss_and_gradient(flat, targets, grid_axes(height, width, dtype=torch.float64), convention, space)
-    mse32, grad32 = _compiled_loss_and_gradient(flat.float(), targets.float(), grid_axes(height, width), convention)
+    space = Workspace(2, convention.layout, height * width, "cpu", torch.float64)
+    mse, grad = loss_and_gradient(flat, targets, grid_axes(height, width, dtype=torch.float64), convention, space)
+    mse32, grad32 = compiled_loss_and_gradient(flat.float(), targets.float(), grid_axes(height, width), convention)
     assert torch.allclose(mse32.double(), mse, rtol=2e-5, atol=0)
     assert ((grad32.double() - grad).abs() <= 3e-5 * grad.abs().amax(1, keepdim=True)).all()
 
@@ -187,7 +186,7 @@ def test_auto_backend_is_measured_once_and_follows_the_measurement(monkeypatch, 
         timings.append(sorted(steps))
         return {"cpp_us": 2.0, "torch_us": 1.0}
 
-    monkeypatch.setattr("neuralgraph.inr._time_steps", torch_faster)
+    monkeypatch.setattr("neuralgraph.inr.backend._time_steps", torch_faster)
     images, config = digits(2), FitConfig(steps=3)
     auto = fit_inrs(images, [0, 1], config=config)
     assert timings == [["cpp", "torch"]]

@@ -8,13 +8,14 @@ from torch import nn
 from torch_geometric.data import Batch
 
 from neuralgraph.graph import (
-    ACTIVATIONS,
     SHORTCUT_EDGE,
     SKIP_EDGE,
     WEIGHT_EDGE,
+    Activation,
     GraphConversionError,
     activation_codes,
     blocks_to_graph,
+    fold_batchnorm,
     graph_shortcuts,
     graph_skips,
     graph_to_blocks,
@@ -22,7 +23,6 @@ from neuralgraph.graph import (
     graph_to_module,
     module_to_graph,
 )
-from neuralgraph.graph.converters import fold_batchnorm
 from neuralgraph.inr import DWS_MNIST, Siren
 
 
@@ -348,7 +348,7 @@ def test_an_unfolded_batchnorm_is_an_error_naming_fold_batchnorm(norm):
     cnn = nn.Sequential(nn.Conv2d(1, 8, 3), norm, nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 2)).eval()
     message = (rf"^layer '1' \({type(norm).__name__}\): fold it into the preceding conv or Linear first: "
                r"`module_to_graph\(fold_batchnorm\(model\.eval\(\)\), \.\.\.\)` "
-               r"\(from neuralgraph\.graph\.converters import fold_batchnorm\)$")
+               r"\(from neuralgraph\.graph import fold_batchnorm\)$")
     with pytest.raises(GraphConversionError, match=message):
         module_to_graph(cnn)
     if isinstance(norm, nn.BatchNorm2d):
@@ -359,8 +359,8 @@ def test_each_layer_records_its_activation_and_a_second_or_unknown_one_is_refuse
     graph = module_to_graph(DeclaredBackwards())
     assert graph.activation.tolist() == activation_codes(["identity"] * 2 + ["tanh"] * 3 + ["identity"]).tolist()
     siren = module_to_graph(Siren(DWS_MNIST))  # sin(30 x): the scaling is no activation, sin is
-    names = [ACTIVATIONS[int(graph_code)] for graph_code in siren.activation[torch.cumsum(torch.tensor((0,) + siren.layout[:-1]), 0)]]
-    assert names == ["identity", "sin", "sin", "identity"]
+    names = [list(Activation)[int(graph_code)] for graph_code in siren.activation[torch.cumsum(torch.tensor((0,) + siren.layout[:-1]), 0)]]
+    assert names == ["identity", "sine", "sine", "identity"]
     with pytest.raises(GraphConversionError, match=r"node 'tanh' applies tanh after relu \(layer '1' \(ReLU\)\) to the neurons of one layer"):
         module_to_graph(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), *[Lambda(torch.tanh)], nn.Linear(3, 1)))
     with pytest.raises(GraphConversionError, match=r"layer '1' \(Softmax\) is neither an activation of \('identity'"):
@@ -383,7 +383,7 @@ def test_batched_blocks_with_skips_and_activations_equal_their_single_graphs():
     layout, B = (2, 3, 3, 3, 1), 4
     weights = [torch.randn(B, d_out, d_in, 1) for d_in, d_out in zip(layout, layout[1:])]
     biases = [torch.randn(B, d) for d in layout[1:]]
-    codes = torch.randint(len(ACTIVATIONS), (B, len(layout)))
+    codes = torch.randint(len(Activation), (B, len(layout)))
     projection = torch.randn(B, 3, 2, 4)  # a 2x2 kernel from layer 0 into layer 2: F grows to 4
     batch = blocks_to_graph(weights, biases, skips=[(1, 3)], activations=codes, shortcuts=[(0, 2, projection)])
     singles = [blocks_to_graph([w[i] for w in weights], [b[i] for b in biases], [(1, 3)], codes[i],
@@ -508,7 +508,7 @@ def test_a_resnet_with_batchnorm_folds_converts_and_round_trips(width, blocks, s
     kind = getattr(graph, "edge_kind", torch.zeros(0))  # only graphs with skips or shortcuts have the field
     assert int((kind == SHORTCUT_EDGE).sum()) == sum(widths[a] * widths[b] for a, b in shortcuts)
     assert graph.edge_attr.shape[1] == max([9] + [k * k for k, _ in blocks])
-    relu, identity = ACTIVATIONS.index("relu"), ACTIVATIONS.index("identity")
+    relu, identity = Activation.RELU.code, Activation.IDENTITY.code
     per_layer = [int(graph.activation[graph.node_layer == l][0]) for l in range(len(widths) + 1)]
     assert per_layer == [identity] + [relu] * (len(widths) - 1) + [identity]
     rebuilt = graph_to_module(graph, make(), images)

@@ -17,7 +17,7 @@ from torch_geometric.data import Batch
 
 from neuralgraph.graph import GraphConversionError, mlp_to_graph, module_to_graph, permute_mlp, random_hidden_permutation
 from neuralgraph.nn import METANETS, GraphEncoder, InvariantReadout, Metanet, WeightDecoder, build_metanet, register_metanet
-from neuralgraph.nn.encoder import GraphContext, layer_index
+from neuralgraph.nn.context import GraphContext, layer_index
 from neuralgraph.nn.gmn import GMNLayer
 from neuralgraph.nn.nft import NeuronAttentionLayer
 from neuralgraph.nn.ng_gnn import NGGNNLayer

@@ -4,7 +4,7 @@ import argparse
 import pytest
 import torch
 from conftest import render_atol
-from test_training import fit_args
+from test_training import BUDGET_MATCHED, fit_args
 
 from neuralgraph.commands.edit import add_arguments, load_inr, run, save_inr
 from neuralgraph.data.inr_dataset import InrDataset
@@ -85,7 +85,7 @@ def test_render_reads_the_layout_from_the_tensors():
 def test_decoder_members_train_from_the_config_and_export_one_network(tiny_inrs, tmp_path, members, width):
     """``--model.decoder_members`` reaches the decoder; the export renders what the editor predicts."""
     cli = run_lightning_cli(fit_args(tiny_inrs, tmp_path, extra=[
-        "--model.k", "2", "--model.decoder_members", members, "--model.match_budget", "true",
+        "--model.k", "2", "--model.decoder_members", members, *BUDGET_MATCHED,
         "--test_after_fit", "false"]))
     checkpoint = cli.trainer.checkpoint_callback.best_model_path
     task = InrEditing.load_from_checkpoint(checkpoint, weights_only=True).eval()

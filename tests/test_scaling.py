@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_graph import mlp_forward, random_mlp
 
-from neuralgraph.graph import GraphConversionError, permute_mlp, random_hidden_permutation
+from neuralgraph.graph import SCALING_GROUPS, Activation, GraphConversionError, permute_mlp, random_hidden_permutation
 from neuralgraph.graph.scaling import random_hidden_scalings, rescale_mlp
 from neuralgraph.nn.weight_features import trace_mlp
 from neuralgraph.theory import audit_gp
@@ -99,3 +99,18 @@ def test_bad_scalings_are_named():
         rescale_mlp(weights, biases, [None])
     with pytest.raises(ValueError, match="group='rotation'"):
         random_hidden_scalings((2, 3, 1), "rotation")
+
+
+def test_activation_codes_are_fixed_and_each_declared_group_commutes_with_the_activation():
+    # the codes are stored in graphs and checkpoints: appending is the only allowed change
+    assert Activation.names() == ("identity", "relu", "tanh", "sigmoid", "gelu", "sine", "silu", "leaky_relu", "elu",
+                                  "softplus")
+    assert [a.code for a in Activation] == list(range(len(Activation)))
+    functions = {Activation.RELU: torch.relu, Activation.TANH: torch.tanh, Activation.SINE: torch.sin,
+                 Activation.LEAKY_RELU: torch.nn.functional.leaky_relu}
+    assert {a for a in Activation if a.scaling is not None} == set(functions)
+    z = torch.randn(50, dtype=torch.float64)
+    for activation, sigma in functions.items():
+        assert activation.scaling in SCALING_GROUPS
+        q = -1.0 if activation.scaling == "sign" else 2.5
+        torch.testing.assert_close(sigma(q * z), q * sigma(z), rtol=1e-15, atol=1e-15)

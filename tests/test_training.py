@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ from neuralgraph.training.datamodule import EpochSeededSampler
 from neuralgraph.training.tasks import magnitude_prune_mask
 
 TINY_MODEL = '{"hidden_dim": 8, "num_layers": 1}'
+# TINY_MODEL's width as the budget: the task picks hidden_dim
+BUDGET_MATCHED = ("--model.metanet_config", '{"num_layers": 1}', "--model.reference_hidden_dim", "8")
 
 
 def fit_args(root, out, task="InrEditing", metanet="gmn", epochs=1, extra=()):
@@ -57,10 +60,38 @@ def test_each_task_fits_and_tests_at_the_best_checkpoint(tiny_inrs, tmp_path, ta
 def test_oce_budget_matching_keeps_parameters_within_the_k1_budget(tiny_inrs, tmp_path):
     reference = run_lightning_cli(fit_args(tiny_inrs, tmp_path / "k1", extra=["--test_after_fit", "false"]))
     oce = run_lightning_cli(fit_args(tiny_inrs, tmp_path / "k4", extra=[
-        "--model.k", "4", "--model.match_budget", "true", "--test_after_fit", "false"]))
+        "--model.k", "4", *BUDGET_MATCHED, "--test_after_fit", "false"]))
     count = lambda task: sum(p.numel() for p in task.parameters() if p.requires_grad)  # noqa: E731
     assert count(oce.model) <= count(reference.model)
     assert oce.model.decoder.k == 4 and oce.model.metanet.hidden_dim < reference.model.metanet.hidden_dim
+    # the checkpoint stores the matched width; testing it with the config that asked for the match searches no more
+    checkpoint = torch.load(oce.trainer.checkpoint_callback.best_model_path, weights_only=True)
+    assert checkpoint["hyper_parameters"]["metanet_config"]["hidden_dim"] == oce.model.metanet.hidden_dim
+    test_args = fit_args(tiny_inrs, tmp_path / "k4", extra=["--model.k", "4", *BUDGET_MATCHED, "--ckpt_path",
+                                                           oce.trainer.checkpoint_callback.best_model_path])
+    test_args[0] = "test"
+    with mock.patch("neuralgraph.training.tasks.match_budget", side_effect=AssertionError("searched again")):
+        tested = run_lightning_cli(test_args)
+    assert tested.model.metanet.hidden_dim == oce.model.metanet.hidden_dim
+
+
+def test_a_matched_width_is_stored_and_loads_without_a_search(tmp_path):
+    import lightning
+
+    from neuralgraph.training.tasks import InrEditing
+
+    matched = InrEditing(metanet="gmn", metanet_config={"num_layers": 1}, reference_hidden_dim=64, k=8)
+    assert matched.hparams.metanet_config == {"num_layers": 1, "hidden_dim": 56}
+    assert InrEditing(metanet="gmn", metanet_config={"num_layers": 1}, reference_hidden_dim=64).metanet.hidden_dim == 64
+    path = tmp_path / "matched.ckpt"
+    torch.save({"state_dict": matched.state_dict(), "hyper_parameters": dict(matched.hparams),
+                "pytorch-lightning_version": lightning.__version__,
+                "neuralgraph_task": {"task": "InrEditing", "metanet": "gmn"}}, path)
+    with mock.patch("neuralgraph.training.tasks.match_budget", side_effect=AssertionError("searched again")):
+        loaded = InrEditing.load_from_checkpoint(path)
+    assert loaded.metanet.hidden_dim == 56
+    with pytest.raises(ValueError, match=r"^InrEditing reference_hidden_dim=64 with match_budget=True: give "):
+        InrEditing(metanet="gmn", metanet_config={"num_layers": 1}, reference_hidden_dim=64, k=8, match_budget=True)
 
 
 def logged(metrics_csv: Path, key: str) -> dict[int, float]:
@@ -251,8 +282,8 @@ def test_checkpoint_of_a_foreign_file_gives_a_clear_error(tmp_path):
 
 def test_a_checkpoint_matched_at_the_exact_width_loads_with_its_width_multiple(tmp_path):
     """Checkpoints written before matched widths were aligned to 8 (GMN 64 at k = 8: 63, now 56) store no
-    ``budget_width_multiple``: loading them names that field in one line, and ``budget_width_multiple=1``
-    rebuilds their width."""
+    ``budget_width_multiple``, and the reference width as ``hidden_dim`` with ``match_budget``: loading
+    them names ``budget_width_multiple`` in one line, and ``budget_width_multiple=1`` rebuilds their width."""
     import lightning
 
     from neuralgraph.training.tasks import InrEditing
@@ -312,9 +343,10 @@ CONFIGS = sorted([*(Path(__file__).resolve().parents[1] / "configs").glob("**/*.
 
 
 def test_the_dilation_grid_is_complete():
+    from neuralgraph.nn import METANETS
+
     names = {c.stem for c in CONFIGS if c.parent.name == "dilation"}
-    assert names == {f"{a}_k{k}" for a in ("gmn", "ng_gnn", "ng_t", "nft", "dws", "nfn_hnp", "nfn_np")
-                     for k in (1, 2, 4, 8)}
+    assert names == {f"{a}_k{k}" for a in METANETS for k in (1, 2, 4, 8)}
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.parent.name}/{c.name}")

@@ -1,9 +1,9 @@
 """Optional compiled kernels, built with the system's C++ compiler on first use (never at import).
 
 ``siren_library()`` compiles ``siren_step.cpp`` (``$CXX``, else ``g++``/``c++``, with
-``-O3 -march=native -fopenmp``; about 3 s) into a cache folder and loads it with ctypes. The
-library has a plain C ABI and includes no torch header, which keeps the build short enough
-to happen inside a test run. The file name carries a hash of the source, the flags, the
+``-O3 -march=native -fopenmp``) into a cache folder and loads it with ctypes. The library has
+a plain C ABI and includes no torch header, which keeps the build short enough to happen
+inside a test run (docs/inr.md). The file name carries a hash of the source, the flags, the
 compiler's version and this CPU's instruction sets, so a changed source or another machine
 sharing the cache gets its own build. The kernel's register blocking follows the instruction
 set the compiler targets (AVX-512, AVX2, else 4-lane vectors; see the source).

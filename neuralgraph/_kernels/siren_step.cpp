@@ -1,10 +1,10 @@
 // Loss and gradient of a batch of SIRENs 2-d1-d2-1 on an H x W grid, one INR per OpenMP task.
 //
-// The same mathematics as neuralgraph.inr._loss_and_gradient (closed-form backward, layer 1
-// by angle addition), fused so that each INR's activations never leave the cache: the pixels
-// are processed in chunks of PC, and within a chunk every elementwise step (sin and cos from
-// one range reduction, the output layer, the residual, the factors of the backward) runs on
-// the registers a small matrix product has just produced. Each INR is computed by one thread
+// The same mathematics as neuralgraph.inr.gradient.loss_and_gradient (closed-form backward,
+// layer 1 by angle addition), fused so that each INR's activations never leave the cache: the
+// pixels are processed in chunks of PC, and within a chunk every elementwise step (sin and cos
+// from one range reduction, the output layer, the residual, the factors of the backward) runs
+// on the registers a small matrix product has just produced. Each INR is computed by one thread
 // in a fixed order, so its result does not depend on the other INRs of the batch.
 //
 // Built lazily by neuralgraph/_kernels/__init__.py (g++ -O3 -march=native -fopenmp) and called
@@ -17,11 +17,11 @@
 namespace {
 
 // Register blocking per instruction set (each -D overridable, for benchmarks/inr_fit.py
-// --kernel-flags): a chunk is NV vectors of LANES pixels, the chunk products are blocked JB
+// --kernel-variant): a chunk is NV vectors of LANES pixels, the chunk products are blocked JB
 // rows at a time (JB x NV accumulators + NV operands + one broadcast must fit the register
 // file), the outer products OJ x OK. AVX-512 (32 x 16 floats): 7 vectors (112 pixels: 784 =
 // 7 chunks), 3-row blocks, 4 x 4 outer blocks. AVX2 (16 x 8 floats): a 16-float vector is two
-// registers and the AVX-512 blocking spills (8x slower, docs/inr.md), so 8 lanes, 4 x 2 blocks,
+// registers and the AVX-512 blocking spills (docs/inr.md), so 8 lanes, 4 x 2 blocks,
 // 2 x 4 outer blocks. Other targets (SSE, NEON: 4 floats): 4 lanes, 4 x 2, 2 x 4.
 #if defined(__AVX512F__)
 #define NG_DEFAULT_LANES 16

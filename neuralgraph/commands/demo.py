@@ -8,7 +8,8 @@
    (input | target | each run's output), the same test INRs in every row.
 
 Sizes come from ``neuralgraph/configs/demo.yaml``, package data installed with the wheel (or
-``--config``); numbers are whatever the run gives.
+``--config``, whose ``reference_hidden_dim`` sets the k=1 width and the budget of every k);
+numbers are whatever the run gives.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ DEFAULT_CONFIG = Path(str(files("neuralgraph") / "configs" / "demo.yaml"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="LightningCLI config of the k=1 run")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
+                        help="LightningCLI config of the runs; its reference_hidden_dim is the k=1 width and budget")
     parser.add_argument("--k", type=positive_int, nargs="+", default=[1, 4], help="numbers of output networks to compare")
     parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="folder for logs, checkpoints, PNGs")
     parser.add_argument("--max-epochs", type=positive_int, help="override the config's trainer.max_epochs")
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     rows, outputs = [], []
     for k in args.k:
         argv = ["fit", "--config", str(args.config), "--model.init_args.k", str(k),
-                "--model.init_args.match_budget", "true", "--trainer.default_root_dir", str(args.out / f"k{k}")]
+                "--trainer.default_root_dir", str(args.out / f"k{k}")]
         if args.max_epochs is not None:
             argv += ["--trainer.max_epochs", str(args.max_epochs)]
         print(f"\n=== GMN INR editor, k={k} ===")

@@ -5,8 +5,9 @@ import argparse
 
 import torch
 
-from neuralgraph.data.generate import read_manifest
+from neuralgraph.data.generate import INR_FOLDER
 from neuralgraph.data.inr_dataset import InrDataset
+from neuralgraph.data.shards import read_manifest
 
 # Per-layer std of the DWS MNIST INRs (weights, biases), printed for comparison.
 DWS_REFERENCE_STD = {"weight": (0.063, 0.018, 0.118), "bias": (0.021, 0.011, 0.100)}
@@ -19,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    splits = [args.split] if args.split else sorted(read_manifest(args.root)["splits"])
+    splits = [args.split] if args.split else sorted(read_manifest(args.root, INR_FOLDER)["splits"])
     for split in splits:
         data = InrDataset(args.root, split)
         print(f"== {split}: {len(data)} INRs, convention {data.convention.to_dict()}")

@@ -7,7 +7,8 @@ import dataclasses
 import torch
 
 from neuralgraph.commands import positive_int
-from neuralgraph.data.generate import SPLITS, GenerationSettings, make_inrs
+from neuralgraph.data.generate import GenerationSettings, make_inrs
+from neuralgraph.data.shards import SPLITS
 from neuralgraph.inr import DEFAULT_PRESET, INITS, PRESETS
 
 

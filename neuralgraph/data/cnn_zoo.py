@@ -14,7 +14,7 @@ parameter group per network), and the loss is the sum of the networks' own losse
 networks do not interact. Every network sees the same mini-batches; its training fraction is a
 per-network mask over them.
 
-Storage reuses the shard/manifest machinery of :mod:`neuralgraph.data.generate`: shards
+Storage is the sharded folder of :mod:`neuralgraph.data.shards`: shards
 ``zoo-00000.safetensors`` with ``conv{1,2,3}.weight [n, C, C_in, 3, 3]``, ``conv*.bias``,
 ``linear.weight [n, 10, C]``, ``linear.bias`` (``n`` = networks x checkpoints), ``network``,
 ``epoch``, ``train_accuracy``, ``test_accuracy``, ``train_loss``, ``test_loss`` and one tensor per
@@ -36,22 +36,25 @@ from torch.utils.data import Dataset
 from torch_geometric.data import Batch
 from tqdm import tqdm
 
-from neuralgraph.data import shards
 from neuralgraph.data.shards import (
     MANIFEST,
+    SPLITS,
     DatasetError,
-    check_settings,
+    FolderFormat,
     commit_shard,
+    open_folder,
+    read_manifest,
     read_shard,
-    refuse_unowned_files,
+    shard_name,
     shard_to_write,
     write_manifest,
 )
 from neuralgraph.data.mnist import PathLike, load_digits
-from neuralgraph.graph import activation_codes, blocks_to_graph
+from neuralgraph.graph import Activation, activation_codes, blocks_to_graph
+from neuralgraph.nn.context import WeightBlocks
 
-FORMAT = "neuralgraph-cnn-zoo/1"
-ACTIVATIONS = ("relu", "tanh", "gelu")
+ZOO_FOLDER = FolderFormat("neuralgraph-cnn-zoo/1", "make-cnn-zoo")
+ACTIVATIONS = (Activation.RELU.value, Activation.TANH.value, Activation.GELU.value)
 INITS = ("kaiming_normal", "xavier_normal", "orthogonal")
 OPTIMIZERS = ("adam", "sgd")
 CHOICES = {"activation": ACTIVATIONS, "init": INITS, "optimizer": OPTIMIZERS}
@@ -283,15 +286,6 @@ def _mnist(split: str, size: int, source: str, root: Optional[PathLike]) -> tupl
     return images, torch.from_numpy(digits.labels[:size].astype(np.int64))
 
 
-def shard_name(k: int) -> str:
-    return f"zoo-{k:05d}.safetensors"
-
-
-def read_manifest(root: PathLike) -> dict:
-    """The manifest of a CNN-zoo folder (:func:`neuralgraph.data.shards.read_manifest`)."""
-    return shards.read_manifest(root, FORMAT, "make-cnn-zoo")
-
-
 def make_cnn_zoo(out: PathLike, settings: ZooSettings = ZooSettings(), root: Optional[PathLike] = None,
                  progress: bool = True) -> dict:
     """Train and write (or finish writing) the zoo of ``settings`` into ``out``; return the manifest.
@@ -300,19 +294,13 @@ def make_cnn_zoo(out: PathLike, settings: ZooSettings = ZooSettings(), root: Opt
     shard whose sha256 changed is refused; a file the manifest does not list is never overwritten.
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    manifest = open_folder(out, ZOO_FOLDER, settings.to_dict(),
+                           choices={k: list(v) for k, v in CHOICES.items()}, shards=[])
     manifest_path = out / MANIFEST
-    if manifest_path.exists():
-        manifest = read_manifest(out)
-        check_settings(manifest, settings.to_dict(), manifest_path)
-    else:
-        refuse_unowned_files(out)
-        manifest = {"format": FORMAT, **settings.to_dict(), "choices": {k: list(v) for k, v in CHOICES.items()},
-                    "shards": []}
     recorded = {s["file"]: s for s in manifest["shards"]}
     todo = []
     for k, first in enumerate(range(0, settings.networks, settings.shard_size)):
-        path = out / shard_name(k)
+        path = out / shard_name("zoo", k)
         if shard_to_write(path, recorded, manifest_path):
             todo.append((path, first, min(settings.shard_size, settings.networks - first)))
     write_manifest(out, manifest)
@@ -333,11 +321,16 @@ SPLIT_FRACTIONS = {"val": 0.15, "test": 0.15}
 
 
 class ZooBatch(NamedTuple):
-    """A mini-batch of zoo entries: their parameter graphs and what the task predicts."""
+    """A mini-batch of zoo entries: their parameter graphs, their weights and what the task predicts.
+
+    ``blocks`` holds the weights the graph was built from (:meth:`CnnZooDataset.batch`), as
+    ``InrBatch.blocks`` does; ``None`` in a batch built by hand.
+    """
 
     graph: Batch  # parameter graphs, one layout
     accuracy: Tensor  # [B] test accuracy of each network at its checkpoint
     index: Tensor  # [B] position of each entry in its split
+    blocks: Optional[WeightBlocks] = None  # the networks' edge-feature blocks and biases, layer by layer
 
     @property
     def size(self) -> int:
@@ -355,25 +348,43 @@ def zoo_graph(weights: list[Tensor], biases: list[Tensor], activation: Tensor) -
     codes = activation_codes(ACTIVATIONS).to(activation.device)[activation]  # zoo index -> graph code
     identity = torch.zeros_like(codes)
     per_layer = torch.stack([identity, codes, codes, codes, identity], dim=1)
-    return blocks_to_graph([w.flatten(3) if w.dim() == 5 else w.unsqueeze(-1) for w in weights], biases,
-                           activations=per_layer)
+    return blocks_to_graph(zoo_blocks(weights), biases, activations=per_layer)
+
+
+def zoo_blocks(weights: list[Tensor]) -> list[Tensor]:
+    """Per layer the edge features ``[B, d_out, d_in, f]`` of a batch of zoo CNNs: 9 per 3x3 kernel, 1 per
+    classifier weight (views)."""
+    return [w.flatten(3) if w.dim() == 5 else w.unsqueeze(-1) for w in weights]
 
 
 class CnnZooDataset(Dataset):
-    """The entries (network x checkpoint) of one split of a ``make-cnn-zoo`` folder, held in memory.
+    """The entries (network x checkpoint) of one split of a zoo folder, held in memory.
 
-    Networks are split, not entries, so no network has checkpoints on both sides: a network
-    is in ``val`` or ``test`` by its position in ``numpy.random.default_rng(split_seed).permutation``
-    of the network ids (first 15% val, next 15% test). Every shard's sha256 is checked against
-    the manifest; an unfinished zoo is refused (rerun ``make-cnn-zoo`` to finish it).
+    A ``make-cnn-zoo`` folder is split by network, so no network has checkpoints on both sides:
+    a network is in ``val`` or ``test`` by its position in
+    ``numpy.random.default_rng(split_seed).permutation`` of the network ids (first 15% val, next
+    15% test). A folder written by ``import-dataset`` holds its source's splits, one shard list
+    each (``split_seed`` does not apply). Every shard's sha256 is checked against the manifest;
+    an unfinished zoo is refused (rerun the command that wrote it to finish it).
     """
 
     def __init__(self, root: PathLike, split: str = "train", split_seed: int = 0):
         self.root = Path(root)
-        manifest = read_manifest(self.root)
+        manifest = read_manifest(self.root, ZOO_FOLDER)
         manifest_path = self.root / MANIFEST
-        if split not in ("train", "val", "test"):
-            raise ValueError(f"split {split!r}: expected 'train', 'val' or 'test'")
+        if split not in SPLITS:
+            raise ValueError(f"split {split!r}: expected one of {SPLITS}")
+        if "imported" in manifest:
+            tensors = self._imported_split(manifest, split, manifest_path)
+        else:
+            tensors = self._generated_split(manifest, split, split_seed, manifest_path)
+        self.split = split
+        self.tensors = tensors
+        self.weights = [self.tensors[f"{name}.weight"] for name in LAYERS]
+        self.biases = [self.tensors[f"{name}.bias"] for name in LAYERS]
+        self.accuracy = self.tensors["test_accuracy"]
+
+    def _generated_split(self, manifest: dict, split: str, split_seed: int, manifest_path: Path) -> dict[str, Tensor]:
         found = sum(s["networks"] for s in manifest["shards"])
         if found != manifest["networks"]:
             raise DatasetError(f"{manifest_path}: {found} of {manifest['networks']} networks trained "
@@ -385,11 +396,20 @@ class CnnZooDataset(Dataset):
         members = {"val": permutation[:n_val], "test": permutation[n_val:n_val + n_test],
                    "train": permutation[n_val + n_test:]}[split]
         keep = torch.from_numpy(np.isin(tensors["network"].numpy(), members)).nonzero().flatten()
-        self.split = split
-        self.tensors = {key: value[keep] for key, value in tensors.items()}
-        self.weights = [self.tensors[f"{name}.weight"] for name in LAYERS]
-        self.biases = [self.tensors[f"{name}.bias"] for name in LAYERS]
-        self.accuracy = self.tensors["test_accuracy"]
+        return {key: value[keep] for key, value in tensors.items()}
+
+    def _imported_split(self, manifest: dict, split: str, manifest_path: Path) -> dict[str, Tensor]:
+        entry = manifest["splits"].get(split)
+        if entry is None:
+            raise DatasetError(f"{manifest_path}: no split {split!r} (has {sorted(manifest['splits'])})")
+        if not entry["count"]:
+            raise DatasetError(f"{manifest_path}: split {split!r} is empty (its import kept no entry of it)")
+        found = sum(s["count"] for s in entry["shards"])
+        if found != entry["count"]:
+            raise DatasetError(f"{manifest_path}: split {split} lists {entry['count']} entries, its shards hold "
+                               f"{found} (an unfinished import? rerun the same import-dataset command)")
+        shards = [self._load_shard(record) for record in entry["shards"]]
+        return {key: torch.cat([s[key] for s in shards]) for key in shards[0]}
 
     def _load_shard(self, record: dict) -> dict[str, Tensor]:
         path = self.root / record["file"]
@@ -409,8 +429,9 @@ class CnnZooDataset(Dataset):
     def batch(self, indices: Sequence[int] | Tensor) -> ZooBatch:
         """Entries ``indices`` as one :class:`ZooBatch` (a ``DataLoader``'s ``collate_fn``)."""
         index = torch.as_tensor(indices, dtype=torch.long)
-        return ZooBatch(zoo_graph([w[index] for w in self.weights], [b[index] for b in self.biases],
-                                  self.tensors["activation"][index]), self.accuracy[index], index)
+        weights, biases = [w[index] for w in self.weights], [b[index] for b in self.biases]
+        return ZooBatch(zoo_graph(weights, biases, self.tensors["activation"][index]), self.accuracy[index], index,
+                        WeightBlocks.of(zoo_blocks(weights), biases))
 
 
 STATISTIC_QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)

@@ -13,12 +13,9 @@ MNIST's test set. Each split is in increasing MNIST index, and ``limit`` keeps t
 ``(seed, MNIST split, MNIST index)`` and batched fitting does not couple INRs, so an INR is
 the same bitwise whatever shard, batch or run it is fitted in (on CPU).
 
-A shard is written to ``<name>.tmp``, recorded in the manifest with its sha256, then renamed;
-a run killed at any moment and started again finishes a recorded rename, skips the
-recorded shards and refits the others, which yields the same bytes as an uninterrupted run.
-Nothing the manifest does not describe is ever overwritten: a folder without a manifest
-must be empty, and a shard file the manifest does not list is refused. Files are written
-with the user's umask.
+Writing, resuming and checking follow :mod:`neuralgraph.data.shards`: a run killed at any
+moment and started again skips the recorded shards and refits the others, which yields the
+same bytes as an uninterrupted run.
 """
 from __future__ import annotations
 
@@ -34,21 +31,21 @@ import torch
 from safetensors.torch import save as safetensors_bytes
 from tqdm import tqdm
 
-from neuralgraph.data import shards
-from neuralgraph.data.mnist import Digits, PathLike, load_digits
+from neuralgraph.data.mnist import MNIST_SPLITS, Digits, PathLike, load_digits
 from neuralgraph.data.shards import (
     MANIFEST,
     SPLITS,
     DatasetError,
-    check_settings,
+    FolderFormat,
     commit_shard,
-    refuse_unowned_files,
+    open_folder,
+    shard_name,
     shard_to_write,
     write_manifest,
 )
 from neuralgraph.inr import DWS_MNIST, FitConfig, FitResult, SirenConvention, fit_inrs, preset
 
-FORMAT = "neuralgraph-mnist-inrs/1"
+INR_FOLDER = FolderFormat("neuralgraph-mnist-inrs/1", "make-inrs")
 MNIST_SPLIT_OF = {"train": "train", "val": "train", "test": "test"}
 VAL_SIZE = 5000
 MNIST_TRAIN_SIZE = 60000
@@ -103,16 +100,7 @@ def split_digits(split: str, source: str, split_seed: int, limit: Optional[int] 
 
 def inr_seed(seed: int, mnist_split: str, index: int) -> int:
     """Initialisation seed of the INR of MNIST digit ``index`` of ``mnist_split``."""
-    return int(np.random.SeedSequence([seed, ("train", "test").index(mnist_split), int(index)]).generate_state(1)[0])
-
-
-def shard_name(split: str, k: int) -> str:
-    return f"{split}-{k:05d}.safetensors"
-
-
-def read_manifest(root: PathLike) -> dict:
-    """The manifest of an INR dataset folder (:func:`neuralgraph.data.shards.read_manifest`)."""
-    return shards.read_manifest(root, FORMAT, "make-inrs")
+    return int(np.random.SeedSequence([seed, MNIST_SPLITS.index(mnist_split), int(index)]).generate_state(1)[0])
 
 
 def _fit_digits(images: np.ndarray, seeds: list[int], settings: GenerationSettings, device,
@@ -185,14 +173,8 @@ def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[i
     if workers < 1:
         raise ValueError(f"make_inrs: workers must be >= 1, got {workers}")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    manifest = open_folder(out, INR_FOLDER, settings.to_dict(), splits={})
     manifest_path = out / MANIFEST
-    if manifest_path.exists():
-        manifest = read_manifest(out)
-        check_settings(manifest, settings.to_dict(), manifest_path)
-    else:
-        refuse_unowned_files(out)
-        manifest = {"format": FORMAT, **settings.to_dict(), "splits": {}}
     plans = {}
     for split in splits:
         digits = split_digits(split, settings.source, settings.split_seed, limit, root)

@@ -9,23 +9,28 @@ from torch import Tensor
 from torch.utils.data import Dataset
 from torch_geometric.data import Batch
 
-from neuralgraph.data.generate import read_manifest
-from neuralgraph.data.shards import DatasetError, check_settings, read_shard
+from neuralgraph.data.generate import INR_FOLDER
+from neuralgraph.data.shards import MANIFEST, DatasetError, check_settings, read_manifest, read_shard
 from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutations
 from neuralgraph.inr import SirenConvention
+from neuralgraph.nn.context import WeightBlocks
 
 
 class InrBatch(NamedTuple):
-    """A mini-batch of INRs: their parameter graphs (one per INR) and what they encode.
+    """A mini-batch of INRs: their parameter graphs (one per INR), their weights, and what they encode.
 
     Targets are not part of it: each task derives its own from these fields (an edit of
     ``image``, the ``label``, a statistic of the weights), in one place, the task's loss.
+    ``blocks`` holds the weights the graph was built from (:meth:`InrDataset.batch`), so the
+    metanet, its heads and the targets read them without decoding the graph; a batch built
+    by hand may leave it out (``None``), and they then decode the graph.
     """
 
     graph: Batch  # parameter graphs of the B INRs, one layout
-    image: Tensor  # [B, H, W] the digit each INR was fitted to, values in [0, 1]
+    image: Optional[Tensor]  # [B, H, W] the digit each INR encodes, values in [0, 1]; None for a set without images
     label: Tensor  # [B] digit class
     index: Tensor  # [B] position of each INR in its split
+    blocks: Optional[WeightBlocks] = None  # the INRs' weights and biases, layer by layer
 
     @property
     def size(self) -> int:
@@ -38,7 +43,8 @@ class InrDataset(Dataset):
     Item ``i`` is a dict: ``weights`` (list of ``[d_out, d_in]``), ``biases`` (list of
     ``[d_out]``), ``image`` ``[28, 28]`` float in ``[0, 1]``, ``label``, ``mnist_index`` and
     ``psnr``. :meth:`batch` is the one way to make a training batch (:class:`InrBatch`): the
-    weights of many INRs are gathered by index and converted by the batched ``mlp_to_graph``.
+    weights of many INRs are gathered by index, converted by the batched ``mlp_to_graph`` and kept
+    beside the graph (``InrBatch.blocks``).
 
     Every shard's sha256 is checked against the manifest, and a non-finite weight or bias
     (a diverged fit) is refused with the shard file and the INR's index; with ``convention``
@@ -47,8 +53,10 @@ class InrDataset(Dataset):
 
     def __init__(self, root: str | Path, split: str = "train", convention: Optional[SirenConvention] = None):
         self.root = Path(root)
-        manifest = read_manifest(self.root)
-        manifest_path = self.root / "manifest.json"
+        manifest = read_manifest(self.root, INR_FOLDER)
+        manifest_path = self.root / MANIFEST
+        # an imported set (import-dataset) has no fitting record (steps), and images only when attached
+        self.imported = manifest.get("imported")
         if convention is not None:
             check_settings(manifest, {"convention": convention.to_dict()}, manifest_path)
         if split not in manifest["splits"]:
@@ -63,25 +71,35 @@ class InrDataset(Dataset):
         found = sum(len(s["label"]) for s in shards)
         if found != entry["count"]:
             raise DatasetError(f"{manifest_path}: split {split} lists {entry['count']} INRs, its shards hold {found} "
-                               "(an unfinished run? rerun the same make-inrs command)")
+                               f"(an unfinished run? rerun the same {self.command} command)")
         num_layers = len(self.convention.layout) - 1
         self.weights = [torch.cat([s[f"layer{l}.weight"] for s in shards]) for l in range(1, num_layers + 1)]
         self.biases = [torch.cat([s[f"layer{l}.bias"] for s in shards]) for l in range(1, num_layers + 1)]
         def cat(key: str) -> Tensor:
             return torch.cat([s[key] for s in shards])
 
-        self.labels, self.mnist_indices, self.psnrs, self.steps = (cat(k) for k in ("label", "mnist_index", "psnr", "steps"))
+        def optional(key: str) -> Optional[Tensor]:
+            return cat(key) if key in shards[0] else None
+
+        self.labels, self.mnist_indices = cat("label"), cat("mnist_index")
+        self.psnrs, self.steps = optional("psnr"), optional("steps")
         if self.mnist_indices.tolist() != entry["mnist_indices"]:
             raise DatasetError(f"{manifest_path}: the shards' mnist_index does not match split {split}'s membership")
-        self.images = cat("image").float() / 255
+        images = optional("image")
+        self.images = None if images is None else images.float() / 255
 
     def _load_shard(self, record: dict, offset: int) -> dict[str, Tensor]:
         """The tensors of one shard, checked; ``offset`` is the split index of its first INR."""
         path = self.root / record["file"]
-        tensors = read_shard(path, record, "make-inrs")
+        tensors = read_shard(path, record, self.command)
         layout = self.convention.layout
         expected = {key: (record["count"],) for key in ("label", "mnist_index", "psnr", "steps")}
         expected["image"] = (record["count"], 28, 28)
+        if self.imported is not None:
+            expected.pop("steps")
+            if self.imported["images"] == "none":
+                expected.pop("image")
+                expected.pop("psnr")
         for l, (d_in, d_out) in enumerate(zip(layout[:-1], layout[1:]), start=1):
             expected[f"layer{l}.weight"] = (record["count"], d_out, d_in)
             expected[f"layer{l}.bias"] = (record["count"], d_out)
@@ -99,6 +117,11 @@ class InrDataset(Dataset):
                                    + (f"; {len(bad) - 1} more INRs of the shard too" if len(bad) > 1 else ""))
         return tensors
 
+    @property
+    def command(self) -> str:
+        """The command that writes this folder (named in errors)."""
+        return INR_FOLDER.command if self.imported is None else "import-dataset"
+
     def __len__(self) -> int:
         return len(self.labels)
 
@@ -107,10 +130,10 @@ class InrDataset(Dataset):
             "index": i,
             "weights": [w[i] for w in self.weights],
             "biases": [b[i] for b in self.biases],
-            "image": self.images[i],
+            "image": None if self.images is None else self.images[i],
             "label": self.labels[i],
             "mnist_index": self.mnist_indices[i],
-            "psnr": self.psnrs[i],
+            "psnr": None if self.psnrs is None else self.psnrs[i],
         }
 
     def batch(self, indices: Sequence[int] | Tensor, permute: bool = False) -> InrBatch:
@@ -122,4 +145,6 @@ class InrDataset(Dataset):
         if permute:
             weights, biases = permute_mlp(weights, biases,
                                           random_hidden_permutations(self.convention.layout, len(index)))
-        return InrBatch(mlp_to_graph(weights, biases), self.images[index], self.labels[index], index)
+        images = None if self.images is None else self.images[index]
+        return InrBatch(mlp_to_graph(weights, biases), images, self.labels[index], index,
+                        WeightBlocks.of_mlps(weights, biases))

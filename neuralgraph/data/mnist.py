@@ -24,7 +24,7 @@ import numpy as np
 ENV_VAR = "NEURALGRAPH_MNIST"
 CACHE_DIR = Path.home() / ".cache" / "neuralgraph" / "mnist"
 SUBSET_PATH = Path(__file__).with_name("mnist_subset.npz")
-SPLITS = ("train", "test")
+MNIST_SPLITS = ("train", "test")
 MIRRORS = (
     "https://ossci-datasets.s3.amazonaws.com/mnist/",
     "https://storage.googleapis.com/cvdf-datasets/mnist/",
@@ -146,8 +146,8 @@ def locate(root: Optional[PathLike] = None, download: bool = True) -> Path:
 
 def load_mnist(split: str, root: Optional[PathLike] = None, download: bool = True) -> Digits:
     """All digits of the ``"train"`` (60,000) or ``"test"`` (10,000) split, md5-checked."""
-    if split not in SPLITS:
-        raise ValueError(f"MNIST split {split!r}: expected one of {SPLITS}")
+    if split not in MNIST_SPLITS:
+        raise ValueError(f"MNIST split {split!r}: expected one of {MNIST_SPLITS}")
     folder = locate(root, download)
     stems = [f"{_PREFIX[split]}-{kind}" for kind in ("images-idx3-ubyte", "labels-idx1-ubyte")]
     images, labels = (read_idx(_find(stem, folder), FILES[stem]) for stem in stems)
@@ -158,8 +158,8 @@ def load_mnist(split: str, root: Optional[PathLike] = None, download: bool = Tru
 
 def load_subset(split: str, path: PathLike = SUBSET_PATH) -> Digits:
     """The digits of ``split`` in the embedded subset (``indices`` are their MNIST positions)."""
-    if split not in SPLITS:
-        raise ValueError(f"MNIST split {split!r}: expected one of {SPLITS}")
+    if split not in MNIST_SPLITS:
+        raise ValueError(f"MNIST split {split!r}: expected one of {MNIST_SPLITS}")
     with np.load(path) as data:
         return Digits(data[f"{split}_images"], data[f"{split}_labels"].astype(np.int64),
                       data[f"{split}_indices"].astype(np.int64))
@@ -184,7 +184,7 @@ def build_subset(out: PathLike = SUBSET_PATH, root: Optional[PathLike] = None,
     replacement by ``numpy.random.default_rng(seed)``, kept in MNIST order."""
     rng = np.random.default_rng(seed)
     arrays = {}
-    for split in SPLITS:
+    for split in MNIST_SPLITS:
         digits = load_mnist(split, root)
         chosen = np.sort(rng.choice(len(digits), sizes[split], replace=False))
         arrays[f"{split}_images"] = digits.images[chosen]

@@ -1,10 +1,11 @@
 """The sharded dataset folder that every dataset writer of the package shares.
 
-A folder holds safetensors shards and a ``manifest.json`` listing each shard's file name, its
-fields and its sha256, beside the settings that determine every byte. A writer resumes after a
-kill (a shard is written to ``<name>.tmp``, recorded, then renamed), reruns byte-identically,
-verifies what the manifest lists and refuses files it does not list; readers check each shard's
-sha256. Every error names the file.
+A folder holds safetensors shards (:func:`shard_name`) and a ``manifest.json`` listing each
+shard's file name, its fields and its sha256, beside the settings that determine every byte and
+the folder's format (:class:`FolderFormat`). A writer (:func:`open_folder`, :func:`shard_to_write`,
+:func:`commit_shard`) resumes after a kill (a shard is written to ``<name>.tmp``, recorded, then
+renamed), reruns byte-identically, verifies what the manifest lists and refuses files it does not
+list; readers check each shard's sha256. Every error names the file.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
@@ -26,22 +28,34 @@ class DatasetError(ValueError):
     """A dataset folder that cannot be used as is; the message names the file and field."""
 
 
+class FolderFormat(NamedTuple):
+    """A kind of dataset folder: the ``format`` its manifest records and the command that writes it."""
+
+    name: str
+    command: str
+
+
+def shard_name(group: str, k: int) -> str:
+    """File name of shard ``k`` of ``group`` (a split, or ``zoo``): ``<group>-00000.safetensors``."""
+    return f"{group}-{k:05d}.safetensors"
+
+
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def read_manifest(root: PathLike, expected_format: str, command: str) -> dict:
-    """The manifest of a dataset folder of ``expected_format`` (written by ``neuralgraph command``);
-    a clear error when it is missing or unreadable."""
+def read_manifest(root: PathLike, folder: FolderFormat) -> dict:
+    """The manifest of a dataset folder of kind ``folder``; a clear error when it is missing,
+    unreadable or of another format."""
     path = Path(root) / MANIFEST
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError as err:
-        raise DatasetError(f"{path}: no manifest; is {root} a dataset made by `neuralgraph {command}`?") from err
+        raise DatasetError(f"{path}: no manifest; is {root} a dataset made by `neuralgraph {folder.command}`?") from err
     except json.JSONDecodeError as err:
         raise DatasetError(f"{path}: not valid JSON ({err})") from err
-    if manifest.get("format") != expected_format:
-        raise DatasetError(f"{path}: format {manifest.get('format')!r}, expected {expected_format!r}")
+    if manifest.get("format") != folder.name:
+        raise DatasetError(f"{path}: format {manifest.get('format')!r}, expected {folder.name!r}")
     return manifest
 
 
@@ -79,6 +93,20 @@ def refuse_unowned_files(out: Path) -> None:
     if found:
         raise DatasetError(f"{out}: holds {len(found)} files ({', '.join(found[:3])}{', ...' * (len(found) > 3)}) "
                            f"but no {MANIFEST}; refusing to write into it (use an empty or new folder)")
+
+
+def open_folder(out: Path, folder: FolderFormat, settings: dict, **empty) -> dict:
+    """The manifest to write ``out`` with (created if need be): its own, checked against
+    ``settings``, else, for an empty folder, a new one holding ``settings`` and the ``empty``
+    fields. Nothing is written yet."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / MANIFEST
+    if path.exists():
+        manifest = read_manifest(out, folder)
+        check_settings(manifest, settings, path)
+        return manifest
+    refuse_unowned_files(out)
+    return {"format": folder.name, **settings, **empty}
 
 
 def _verify_recorded_shard(path: Path, record: dict) -> None:

@@ -1,33 +1,43 @@
 """Parameter graphs: the one representation every metanetwork in neuralgraph reads."""
-from neuralgraph.graph.core import (
-    ACTIVATIONS,
-    EDGE_KINDS,
-    SHORTCUT_EDGE,
-    SKIP_EDGE,
-    WEIGHT_EDGE,
-    GraphConversionError,
-    Layout,
-    ParameterGraph,
-    activation_codes,
-    batch_graphs,
-    blocks_to_graph,
+from neuralgraph.graph.batch import batch_graphs
+from neuralgraph.graph.build import blocks_to_graph, mlp_to_graph
+from neuralgraph.graph.convert import (
+    LayerConverter,
+    fold_batchnorm,
+    graph_to_module,
+    module_to_graph,
+    register_converter,
+)
+from neuralgraph.graph.decode import (
     common_layout,
     graph_layouts,
     graph_shortcuts,
     graph_skips,
     graph_to_blocks,
     graph_to_mlp,
-    mlp_to_graph,
+)
+from neuralgraph.graph.permutation import permute_mlp, random_hidden_permutation, random_hidden_permutations
+from neuralgraph.graph.scaling import random_hidden_scalings, rescale_mlp, scaling_invariant
+from neuralgraph.graph.schema import (
+    EDGE_KINDS,
+    SCALING_GROUPS,
+    SHORTCUT_EDGE,
+    SKIP_EDGE,
+    WEIGHT_EDGE,
+    Activation,
+    Graph,
+    GraphConversionError,
+    Layout,
+    ParameterGraph,
+    activation_codes,
     num_node_types,
 )
-from neuralgraph.graph.modules import LayerConverter, graph_to_module, module_to_graph, register_converter
-from neuralgraph.graph.permutation import permute_mlp, random_hidden_permutation, random_hidden_permutations
 from neuralgraph.graph.spec import GraphSpec
-from neuralgraph.graph.scaling import SCALING_GROUPS, random_hidden_scalings, rescale_mlp, scaling_invariant
 
 __all__ = [
-    "ACTIVATIONS",
+    "Activation",
     "EDGE_KINDS",
+    "Graph",
     "GraphConversionError",
     "GraphSpec",
     "LayerConverter",
@@ -41,6 +51,7 @@ __all__ = [
     "batch_graphs",
     "blocks_to_graph",
     "common_layout",
+    "fold_batchnorm",
     "graph_layouts",
     "graph_shortcuts",
     "graph_skips",

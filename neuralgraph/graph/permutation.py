@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from neuralgraph.graph.core import GraphConversionError, Layout
+from neuralgraph.graph.schema import GraphConversionError, Layout
 
 
 def random_hidden_permutation(layout: Layout, generator: Optional[torch.Generator] = None) -> list[Tensor]:

@@ -4,8 +4,10 @@ Multiplying hidden neuron ``i`` of layer ``l`` by ``q_i`` multiplies row ``i`` o
 ``b_l[i]`` by ``q_i`` and column ``i`` of ``W_{l+1}`` by ``1 / q_i``. The function is unchanged when
 ``sigma(q z) = q sigma(z)``:
 
-* ``"sign"``: ``q = +-1`` for odd activations (``sin`` of SIRENs, ``tanh``);
-* ``"scale"``: ``q > 0`` for positively homogeneous ones (ReLU).
+* ``"sign"``: ``q = +-1`` for odd activations (``sine`` of SIRENs, ``tanh``);
+* ``"scale"``: ``q > 0`` for positively homogeneous ones (ReLU, LeakyReLU).
+
+Each :class:`~neuralgraph.graph.schema.Activation` names its group (``Activation.scaling``).
 
 A weight ``W_l[i, j]`` (edge ``j -> i``) is multiplied by ``q_i / q_j`` and a bias ``b_l[i]`` by
 ``q_i``; input and output neurons have ``q = 1``.
@@ -17,10 +19,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from neuralgraph.graph.core import GraphConversionError, Layout
-
-SCALING_GROUPS = ("sign", "scale")
-ACTIVATION_GROUPS = {"sine": "sign", "tanh": "sign", "relu": "scale"}  # the group each activation allows
+from neuralgraph.graph.schema import SCALING_GROUPS, GraphConversionError, Layout
 
 
 def check_group(group: str) -> None:

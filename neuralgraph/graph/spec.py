@@ -17,7 +17,8 @@ from typing import Any, Optional
 import torch
 from torch_geometric.utils import degree
 
-from neuralgraph.graph.core import ACTIVATIONS, WEIGHT_EDGE, Graph, Layout, graph_layouts
+from neuralgraph.graph.decode import graph_layouts
+from neuralgraph.graph.schema import WEIGHT_EDGE, Activation, Graph, Layout
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class GraphSpec:
     Attributes:
         layouts: the distinct layouts, in order of first appearance.
         node_features, edge_features: widths of ``x`` and ``edge_attr``.
-        activations: per node layer, the activation name (``neuralgraph.graph.ACTIVATIONS``)
+        activations: per node layer, the activation name (an :class:`~neuralgraph.graph.schema.Activation` value)
             when the graphs record one and all share it; ``None`` otherwise.
         varying_activations: the graphs record activations that differ between graphs (a
             metanet then embeds them: ``node_activations``).
@@ -106,4 +107,4 @@ def _activation_names(graph: Graph) -> list[tuple[str, ...]]:
     num_layers = int(graph.node_layer.max()) + 1
     codes = torch.full((int(batch.max()) + 1, num_layers), -1, dtype=torch.long, device=graph.node_layer.device)
     codes[batch, graph.node_layer] = graph.activation.long()
-    return [tuple(ACTIVATIONS[c] for c in row if c >= 0) for row in torch.unique(codes, dim=0).tolist()]
+    return [tuple(list(Activation)[c].value for c in row if c >= 0) for row in torch.unique(codes, dim=0).tolist()]

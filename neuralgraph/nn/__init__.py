@@ -3,7 +3,8 @@
 Importing this package registers every architecture in :data:`METANETS`.
 """
 from neuralgraph.nn.base import EdgeUpdate, FeedForward, FiLM, Metanet, MetanetLayer, ResidualNorm
-from neuralgraph.nn.encoder import EncodedGraph, GraphContext, GraphEncoder, LayerIndex
+from neuralgraph.nn.context import GraphContext, LayerIndex, WeightBlocks
+from neuralgraph.nn.encoder import EncodedGraph, GraphEncoder
 from neuralgraph.nn.registry import METANETS, build_metanet, metanet_class, register_metanet
 from neuralgraph.nn.heads import InvariantReadout, WeightDecoder
 from neuralgraph.nn.ensemble import merge_ensemble
@@ -30,6 +31,7 @@ __all__ = [
     "Metanet",
     "MetanetLayer",
     "ResidualNorm",
+    "WeightBlocks",
     "WeightDecoder",
     "build_metanet",
     "match_budget",

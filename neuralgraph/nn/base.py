@@ -5,6 +5,11 @@ A :class:`Metanet` owns a :class:`~neuralgraph.nn.encoder.GraphEncoder` and a st
 features ``[E, hidden_dim]`` whose rows align with ``graph.x`` and ``graph.edge_attr``. Heads
 (:mod:`neuralgraph.nn.heads`) turn those into a prediction or into new weights.
 
+Every layer has the general implementation, on feature rows of any graph (``forward``), and
+most also a dense one, on per-layer blocks of a batch of one layout (``forward_dense``): the same
+math, as PyG keeps ``GCNConv`` and ``DenseGCNConv`` apart. :meth:`Metanet.forward` chooses once
+per batch, from its :class:`~neuralgraph.nn.context.GraphContext`.
+
 An architecture declares the permutation group it respects in ``symmetry``:
 
 * ``"hidden"``: permutations of hidden neurons (the function-preserving symmetries). Input
@@ -15,15 +20,17 @@ An architecture declares the permutation group it respects in ``symmetry``:
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
-from neuralgraph.graph.core import Graph
+from neuralgraph.graph import Graph
 from neuralgraph.graph.spec import GraphSpec
-from neuralgraph.nn.encoder import MAX_LAYERS, MAX_NODE_TYPES, GraphContext, GraphEncoder
+from neuralgraph.nn.context import (GraphContext, WeightBlocks, block_rows, check_dense_rows, edge_blocks,
+                                    node_blocks)
+from neuralgraph.nn.encoder import MAX_LAYERS, MAX_NODE_TYPES, GraphEncoder
 from neuralgraph.nn.heads import InvariantReadout, WeightDecoder
 
 SYMMETRIES = ("hidden", "np")
@@ -36,16 +43,23 @@ def check_heads(hidden_dim: int, num_heads: int) -> None:
 
 
 class MetanetLayer(nn.Module, abc.ABC):
-    """One layer of a metanetwork, callable like a PyG operator.
+    """One layer of a metanetwork, in two implementations of the same math.
 
-    ``layer(x, edge_index, edge_attr, **context) -> (x, edge_attr)``: node features ``[N, d]``,
-    edges ``[2, E]`` and edge features ``[E, d]`` in, updated node and edge features out. A
-    layer that needs more of the graph's structure names the :class:`GraphContext` fields it
-    reads in ``context`` (e.g. ``("reverse",)``) and takes them as keyword arguments of the same
-    names, so it runs on explicit tensors outside a :class:`Metanet` too.
+    * ``forward(x, edge_index, edge_attr, **context) -> (x, edge_attr)``, the general path, callable
+      like a PyG operator on any graph: node features ``[N, d]``, edges ``[2, E]`` and edge
+      features ``[E, d]`` in, updated node and edge features out. A layer that needs more of the
+      graph's structure names the :class:`~neuralgraph.nn.context.GraphContext` fields it reads in
+      ``context`` (e.g. ``("reverse",)``) and takes them as keyword arguments of the same names.
+    * ``forward_dense``, the dense path, on the per-layer blocks of a batch of one layout stored
+      canonically, which its :class:`Metanet` makes from the feature rows once before the layer
+      stack and turns back into rows once after it (:meth:`Metanet.dense_stack`): for
+      message-passing layers ``forward_dense(nodes, edges) -> (nodes, edges)`` with ``nodes[k]``
+      ``[B, d_k, d]`` and ``edges[l]`` ``[B, d_{l+1}, d_l, d]`` (``[2, B, d_{l+1}, d_l, d]`` with
+      reverse edges: forward, then reverse). ``None`` for a layer with the general path only.
     """
 
     context: ClassVar[tuple[str, ...]] = ()
+    forward_dense: ClassVar[Optional[Callable]] = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -55,8 +69,15 @@ class MetanetLayer(nn.Module, abc.ABC):
                             f"{GraphContext._fields}")
 
     def context_arguments(self, context: GraphContext) -> dict[str, Any]:
-        """The keyword arguments this layer reads from ``context``."""
+        """The keyword arguments ``forward`` reads from ``context``."""
         return {name: getattr(context, name) for name in self.context}
+
+    def compile(self, *args, **kwargs) -> None:
+        """``torch.compile`` both paths in place: ``forward`` as ``nn.Module.compile`` does (state-dict keys
+        unchanged), ``forward_dense`` as an attribute of the instance."""
+        super().compile(*args, **kwargs)
+        if self.forward_dense is not None:
+            self.forward_dense = torch.compile(self.forward_dense, *args, **kwargs)
 
     @abc.abstractmethod
     def reset_parameters(self) -> None:
@@ -70,8 +91,9 @@ class MetanetLayer(nn.Module, abc.ABC):
 class Metanet(nn.Module):
     """Base of every architecture: encoder, then ``self.layers`` applied in order.
 
-    Subclasses fill ``self.layers`` with :class:`MetanetLayer` s in their constructor (or
-    override :meth:`forward` when their layers do not run on the graph one by one).
+    Subclasses fill ``self.layers`` with :class:`MetanetLayer` s in their constructor (and
+    override :meth:`dense_stack` when their dense blocks are not per-layer node and edge blocks,
+    as the folded weight space of :class:`~neuralgraph.nn.equivariant_linear.WeightSpaceMetanet`).
 
     Args:
         hidden_dim: width of node and edge features.
@@ -152,12 +174,41 @@ class Metanet(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
-    def forward(self, graph: Graph) -> tuple[Tensor, Tensor]:
-        """Node features ``[N, hidden_dim]`` and edge features ``[E, hidden_dim]`` of ``graph``."""
-        node, edge, context = self.encoder(graph)
+    def context(self, graph: Graph, blocks: Optional[WeightBlocks] = None) -> GraphContext:
+        """The :class:`~neuralgraph.nn.context.GraphContext` of ``graph`` for this metanet, built once per batch
+        and handed to :meth:`forward` and the heads; ``blocks``: the batch's weights, when it carries them."""
+        return self.encoder.context(graph, blocks)
+
+    def forward(self, graph: Graph, context: Optional[GraphContext] = None) -> tuple[Tensor, Tensor]:
+        """Node features ``[N, hidden_dim]`` and edge features ``[E, hidden_dim]`` of ``graph``.
+
+        The path is chosen here, once per batch: :meth:`dense_stack` when the context has ``widths``
+        (a batch of one layout stored canonically) and every layer has ``forward_dense``, else
+        :meth:`general_stack`. ``context``: :meth:`context`, built here when not given.
+        """
+        node, edge, context = self.encoder(graph, context)
+        if context.widths is not None and self.layers and all(layer.forward_dense is not None for layer in self.layers):
+            return self.dense_stack(node, edge, context)
+        return self.general_stack(node, edge, context)
+
+    def general_stack(self, node: Tensor, edge: Tensor, context: GraphContext) -> tuple[Tensor, Tensor]:
+        """The layers' ``forward`` on feature rows, one after the other; the rows of the graph's own edges out."""
         for layer in self.layers:
             node, edge = layer(node, context.edge_index, edge, **layer.context_arguments(context))
         return node, edge[: context.num_edges]
+
+    def dense_stack(self, node: Tensor, edge: Tensor, context: GraphContext) -> tuple[Tensor, Tensor]:
+        """The layers' ``forward_dense`` on per-layer blocks of a canonical batch (``context.widths``): rows to
+        blocks once (:func:`~neuralgraph.nn.context.node_blocks`, :func:`~neuralgraph.nn.context.edge_blocks`),
+        every layer, blocks to rows once; the rows of the graph's own edges out."""
+        widths, directions = context.widths, 1 if context.reverse is None else 2
+        check_dense_rows(type(self).__name__, node, edge, widths, directions)
+        nodes, edges = node_blocks(node, widths), edge_blocks(edge, widths, directions)
+        for layer in self.layers:
+            nodes, edges = layer.forward_dense(nodes, edges)
+        if directions == 2:
+            edges = [block[0] for block in edges]
+        return block_rows(nodes), block_rows(edges)
 
     @classmethod
     def spec_arguments(cls, spec: GraphSpec) -> dict[str, Any]:
@@ -210,53 +261,25 @@ class ResidualNorm(nn.Module):
         return self.norm(h + self.dropout(delta))
 
 
-def node_blocks(x: Tensor, widths: Sequence[int]) -> list[Tensor]:
-    """Node rows ``[B N, C]`` of a canonical batch (``GraphContext.widths``) as views ``[B, d_k, C]`` per layer."""
-    return list(x.view(-1, sum(widths), x.shape[-1]).split(list(widths), dim=1))
-
-
-def edge_blocks(edge: Tensor, widths: Sequence[int]) -> list[Tensor]:
-    """Edge rows ``[B E, C]`` of a canonical batch as views ``[B, d_{l+1}, d_l, C]`` per weight layer
-    (row = target neuron, column = source neuron)."""
-    sizes = [d_in * d_out for d_in, d_out in zip(widths, widths[1:])]
-    parts = edge.view(-1, sum(sizes), edge.shape[-1]).split(sizes, dim=1)
-    return [part.unflatten(1, (d_out, d_in)) for part, d_in, d_out in zip(parts, widths, widths[1:])]
-
-
-def block_rows(blocks: Sequence[Tensor]) -> Tensor:
-    """Inverse of :func:`node_blocks` / :func:`edge_blocks`: per-layer blocks ``[B, ..., C]`` to rows (one copy)."""
-    return torch.cat([block.flatten(1, -2) for block in blocks], dim=1).flatten(0, 1)
-
-
-def check_dense_rows(layer: nn.Module, x: Tensor, edge_attr: Tensor, widths: Sequence[int], directions: int = 1) -> None:
-    """ValueError naming ``layer`` unless ``x``/``edge_attr`` have the rows of whole graphs of layout ``widths``
-    (``directions = 2``: each edge and its reverse)."""
-    nodes, edges = sum(widths), directions * sum(a * b for a, b in zip(widths, widths[1:]))
-    graphs = x.shape[0] // nodes
-    if x.shape[0] != graphs * nodes or edge_attr.shape[0] != graphs * edges:
-        raise ValueError(f"{type(layer).__name__}: widths={tuple(widths)} describe graphs of {nodes} nodes and {edges} "
-                         f"edge rows, but x has {x.shape[0]} rows and edge_attr {edge_attr.shape[0]}")
-
-
-def endpoint_sums(source: Tensor, target: Tensor, widths: Sequence[int], with_reverse: bool = False) -> list[Tensor]:
-    """``s_j + t_i`` for every edge ``j -> i`` of a canonical batch, per weight layer: ``[B, d_{l+1}, d_l, C]``
-    blocks broadcast from node rows ``source``/``target`` ``[B N, C]``, nothing gathered.
-
-    ``with_reverse``: ``[2B, d_{l+1}, d_l, C]``, the reverse edges (``l + 1 -> l``) after the forward
-    ones as :class:`~neuralgraph.nn.encoder.GraphContext` orders its rows; one broadcast per layer.
-    """
-    s, t = node_blocks(source, widths), node_blocks(target, widths)
+def endpoint_sums(source: Sequence[Tensor], target: Sequence[Tensor], l: int, with_reverse: bool = False) -> Tensor:
+    """``s_j + t_i`` for every edge ``j -> i`` of weight layer ``l``, broadcast from per-layer node blocks
+    ``source``/``target`` ``[B, d_k, C]`` (nothing gathered): ``[B, d_{l+1}, d_l, C]``; ``with_reverse``:
+    ``[2, B, d_{l+1}, d_l, C]``, then the reverse edges ``i -> j`` at the place of their forward edge."""
     if not with_reverse:
-        return [s[l][:, None] + t[l + 1][:, :, None] for l in range(len(widths) - 1)]
+        return target[l + 1][:, :, None] + source[l][:, None]
     # the node on the d_{l+1} axis is the target of a forward edge and the source of its reverse
-    return [(torch.stack([t[l + 1], s[l + 1]])[:, :, :, None] + torch.stack([s[l], t[l]])[:, :, None]).flatten(0, 1)
-            for l in range(len(widths) - 1)]
+    return torch.stack([target[l + 1], source[l + 1]])[:, :, :, None] + torch.stack([source[l], target[l]])[:, :, None]
 
 
-def opposite_rows(edge: Tensor) -> Tensor:
-    """Rows ``[forward, reverse]`` swapped: row ``k`` of the result is the opposite of edge ``k`` (a copy, no index)."""
-    forward, reverse = edge.chunk(2)
-    return torch.cat([reverse, forward])
+def node_rows(nodes: Sequence[Tensor]) -> tuple[Tensor, list[int]]:
+    """Per-layer node blocks ``[B, d_k, C]`` as one ``[B, N, C]`` tensor (small: per-node maps run on it at once)
+    and the widths that split it back."""
+    return torch.cat(list(nodes), dim=1), [block.shape[1] for block in nodes]
+
+
+def linear_add(x: Tensor, weight: Tensor, other: Tensor) -> Tensor:
+    """``x W^T + other`` in one ``addmm`` over the rows of any leading shape (``other`` has the output's)."""
+    return torch.addmm(other.reshape(-1, other.shape[-1]), x.reshape(-1, x.shape[-1]), weight.t()).view(other.shape)
 
 
 class EdgeUpdate(MessagePassing):
@@ -268,19 +291,19 @@ class EdgeUpdate(MessagePassing):
 
     for the edge ``j -> i``. The concatenation ``[e_ij, x_j, x_i]`` goes through one linear map,
     computed as a sum of per-part maps so that node terms are projected once per node, not
-    once per edge. A PyG ``edge_updater``; on a canonical one-layout batch (``widths``, see
-    :class:`~neuralgraph.nn.encoder.GraphContext`) the endpoint terms are broadcast over the
-    ``[B, d_{l+1}, d_l, C]`` edge blocks instead of gathered, and the opposite edge of row ``k``
-    is row ``k \pm E``.
+    once per edge. ``forward`` is a PyG ``edge_updater``; ``forward_dense`` broadcasts the endpoint
+    terms over the ``[B, d_{l+1}, d_l, d]`` edge blocks instead of gathering them, and the opposite
+    of a forward edge is the reverse edge at the same place.
 
     Args:
-        hidden_dim: width of node and edge features.
-        dropout: dropout probability on the update.
-        with_reverse: read the opposite edge :math:`e_{ji}` (``reverse`` must then be given).
+        hidden_dim (int): width ``d`` of node and edge features.
+        dropout (float, optional): dropout probability on the update. (default: ``0.0``)
+        with_reverse (bool, optional): read the opposite edge :math:`e_{ji}`. (default: ``False``)
 
     Shapes:
-        ``x`` ``[N, d]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, d]``, ``reverse`` ``[E]``
-        -> ``[E, d]``.
+        ``forward``: ``x`` ``[N, d]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, d]``, ``reverse``
+        ``[E]`` -> ``[E, d]``. ``forward_dense``: ``nodes[k]`` ``[B, d_k, d]``, ``edges[l]``
+        ``[B, d_{l+1}, d_l, d]`` (``[2, B, d_{l+1}, d_l, d]`` with reverse) -> ``edges`` alike.
     """
 
     def __init__(self, hidden_dim: int, dropout: float = 0.0, with_reverse: bool = False):
@@ -300,33 +323,32 @@ class EdgeUpdate(MessagePassing):
                 lin.reset_parameters()
         self.residual.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, reverse: Optional[Tensor] = None,
-                widths: Optional[Sequence[int]] = None) -> Tensor:
-        """``reverse[k]`` is the index of edge ``k``'s opposite (needed iff ``with_reverse``);
-        ``widths`` (``GraphContext.widths``) selects the dense path."""
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, reverse: Optional[Tensor] = None) -> Tensor:
+        """``reverse[k]`` is the index of edge ``k``'s opposite (needed iff ``with_reverse``)."""
         if self.with_reverse != (reverse is not None):
             raise ValueError(f"EdgeUpdate(with_reverse={self.with_reverse}) needs reverse {'' if self.with_reverse else 'not '}given")
-        if widths is not None:
-            return self.dense_update(x, edge_attr, widths)
         opposite = None if reverse is None else self.reverse_lin(edge_attr)[reverse]
         return self.edge_updater(edge_index, x=(self.source_lin(x), self.target_lin(x)), edge_attr=edge_attr,
                                  opposite=opposite)
-
-    def dense_update(self, x: Tensor, edge_attr: Tensor, widths: Sequence[int]) -> Tensor:
-        """The update on ``[B, d_{l+1}, d_l, C]`` blocks: ``W_s x_j + W_t x_i`` broadcast, not gathered."""
-        check_dense_rows(self, x, edge_attr, widths, 2 if self.with_reverse else 1)
-        terms = block_rows(endpoint_sums(self.source_lin(x) + self.edge_lin.bias, self.target_lin(x), widths,
-                                         self.with_reverse))
-        hidden = torch.addmm(terms, edge_attr, self.edge_lin.weight.t())
-        if self.with_reverse:
-            hidden = hidden + opposite_rows(self.reverse_lin(edge_attr))
-        return self.residual(edge_attr, self.out_lin(nn.functional.silu(hidden)))
 
     def edge_update(self, x_j: Tensor, x_i: Tensor, edge_attr: Tensor, opposite: Optional[Tensor]) -> Tensor:
         hidden = self.edge_lin(edge_attr) + x_j + x_i
         if opposite is not None:
             hidden = hidden + opposite
         return self.residual(edge_attr, self.out_lin(nn.functional.silu(hidden)))
+
+    def forward_dense(self, nodes: Sequence[Tensor], edges: Sequence[Tensor]) -> list[Tensor]:
+        """The update of every edge block: ``W_s x_j + W_t x_i`` broadcast, not gathered."""
+        x, widths = node_rows(nodes)
+        source = (self.source_lin(x) + self.edge_lin.bias).split(widths, dim=1)
+        target = self.target_lin(x).split(widths, dim=1)
+        updated = []
+        for l, edge in enumerate(edges):
+            hidden = linear_add(edge, self.edge_lin.weight, endpoint_sums(source, target, l, self.with_reverse))
+            if self.with_reverse:
+                hidden = hidden + self.reverse_lin(edge).flip(0)
+            updated.append(self.residual(edge, self.out_lin(nn.functional.silu(hidden))))
+        return updated
 
 
 class FiLM(nn.Module):

@@ -4,10 +4,10 @@ Predicting ``k`` networks adds parameters to the decoder; a fair comparison shri
 metanetwork's width until metanet + decoder are no larger than the reference model. Counts
 come from building the modules, so they cannot drift from the code.
 
-Matched widths are multiples of :data:`WIDTH_MULTIPLE` where the budget allows: on CPU a GMN layer
-stack of width 63 (the exact match of GMN 64 at k = 8) trains about 1.5x slower than at 56 or
-64, since matmul kernels fill their vector lanes in steps of 8 (docs/benchmarks.md, "What OCE
-costs per step", tabulates the parameters this gives up).
+Matched widths are multiples of :data:`WIDTH_MULTIPLE` where the budget allows: matmul kernels
+fill their vector lanes in steps of 8, so a width such as 63 (the exact match of GMN 64 at k = 8)
+trains slower than 56 or 64 (docs/benchmarks.md, "What OCE costs per step", has the step times
+and the parameters this gives up).
 """
 from __future__ import annotations
 

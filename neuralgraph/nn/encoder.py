@@ -12,7 +12,7 @@ embedding is added:
   larger NP group that also permutes input and output neurons.
 
 Edges get one embedding per ``edge_layer`` in both cases. Two optional embeddings read fields
-that ``module_to_graph`` and ``make-cnn-zoo`` graphs carry (:mod:`neuralgraph.graph.core`):
+that ``module_to_graph`` and ``make-cnn-zoo`` graphs carry (:mod:`neuralgraph.graph.schema`):
 ``node_activations=True`` adds one per ``activation`` to the node embedding, so networks of
 different activations are one dataset; ``skip_edges=True`` adds one per ``edge_kind`` to the
 edge embedding, so residual skips and shortcuts are told from the chain's weights. A graph
@@ -36,24 +36,21 @@ while input and output neurons, which no scaling acts on, keep the sum ``lift(b)
 per-example gradients of every weight and bias, computed from the weights by running the
 networks (:class:`~neuralgraph.nn.weight_features.WeightFeatureLift`); any architecture can use them.
 
-Alongside the features the encoder returns the :class:`GraphContext` of the batch, built once:
-the edges the layers run on, the pairing of reverse edges as an index (``reverse``), layer and
-graph of every node, the widths of a canonical one-layout batch (``widths``, for dense per-layer
-blocks) and, on request, nodes and edges grouped by layer (:class:`LayerIndex`).
+Alongside the features the encoder returns the :class:`~neuralgraph.nn.context.GraphContext` of
+the batch (:meth:`GraphEncoder.context`, built once per batch, or given): the edges the layers run
+on, with reverse edges on request, and what the dense path and the heads read.
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.data import Batch
-from torch_geometric.utils import scatter
 
-from neuralgraph.graph.core import ACTIVATIONS, EDGE_KINDS, WEIGHT_EDGE, Graph
+from neuralgraph.graph import EDGE_KINDS, WEIGHT_EDGE, Activation, Graph
 from neuralgraph.graph.scaling import check_group
+from neuralgraph.nn.context import GraphContext, WeightBlocks, graph_context
 from neuralgraph.nn.weight_features import WeightFeatureLift
 
 POSITIONAL_MODES = ("neuron", "layer")
@@ -61,190 +58,12 @@ MAX_LAYERS = 16
 MAX_NODE_TYPES = 128
 
 
-class LayerIndex(NamedTuple):
-    """Nodes and edges of a batch grouped by layer, for layers that keep parameters per layer.
-
-    Built once per batch by :func:`layer_index`; ``k`` runs over node layers ``0..L`` and ``l``
-    over weight layers ``0..L-1`` (edge layer ``l`` joins node layers ``l`` and ``l + 1``).
-    """
-
-    nodes: tuple[Tensor, ...]  # nodes[k]: ids of the nodes of layer k
-    node_graph: tuple[Tensor, ...]  # node_graph[k]: graph of each of them
-    position: tuple[Tensor, ...]  # position[k]: their node_index (position within their graph's layer)
-    edges: tuple[Tensor, ...]  # edges[l]: ids of the edges of layer l
-    source_row: tuple[Tensor, ...]  # source_row[l]: row of each edge's source in nodes[l]
-    target_row: tuple[Tensor, ...]  # target_row[l]: row of each edge's target in nodes[l + 1]
-    edge_graph: tuple[Tensor, ...]  # edge_graph[l]: graph of each edge of layer l
-    depths: tuple[int, ...]  # the distinct numbers of weight layers of the graphs in the batch
-    widths: Optional[tuple[int, ...]] = None  # node-layer widths of a canonical batch (uniform_widths), else None
-
-
-def uniform_widths(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge_layer: Tensor, batch: Tensor,
-                   num_graphs: int) -> Optional[tuple[int, ...]]:
-    """The node-layer widths ``(d_0, ..., d_L)`` every graph of the batch shares, if it is stored canonically.
-
-    Canonical: graph after graph, each with the same layout, nodes ordered by (layer, position)
-    and edges by (layer, target position, source position), as
-    :func:`~neuralgraph.graph.mlp_to_graph` and the dataset's batches lay them out. Edge layer
-    ``l`` of the batch is then a ``[B, d_{l+1}, d_l]`` block of consecutive rows, so layers can
-    read it as a dense tensor without copying. ``None`` for any other batch (mixed layouts,
-    relabelled nodes or edges, graphs without edges). One comparison per node and edge, once per batch.
-    """
-    N, E = node_layer.numel(), edge_layer.numel()
-    if num_graphs < 1 or N == 0 or E == 0 or N % num_graphs or E % num_graphs:
-        return None
-    n, e = N // num_graphs, E // num_graphs
-    sizes = tuple(torch.bincount(node_layer[:n]).tolist())
-    if sum(d_in * d_out for d_in, d_out in zip(sizes, sizes[1:])) != e:
-        return None
-    layer, position, edge_layers, ends = canonical_layout(sizes, node_layer.device)
-    shift = torch.arange(num_graphs, device=node_layer.device)[:, None]
-    canonical = (
-        bool((batch.view(num_graphs, n) == shift).all())
-        and bool((node_layer.view(num_graphs, n) == layer).all())
-        and bool((node_index.view(num_graphs, n) == position).all())
-        and bool((edge_layer.view(num_graphs, e) == edge_layers).all())
-        and bool((edge_index.view(2, num_graphs, e) == ends[:, None] + shift * n).all())
-    )
-    return sizes if canonical else None
-
-
-@functools.lru_cache(maxsize=32)
-def canonical_layout(sizes: tuple[int, ...], device: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``node_layer``, ``node_index``, ``edge_layer`` and ``edge_index`` (``[2, e]``) of one graph of node-layer
-    widths ``sizes`` stored canonically; built once per layout and device (read only), since every batch of a
-    dataset has the same."""
-    widths = torch.tensor(sizes, device=device)
-    layer = torch.repeat_interleave(torch.arange(len(sizes), device=device), widths)
-    position = torch.cat([torch.arange(d, device=device) for d in sizes])
-    offset = [0, *torch.tensor(sizes).cumsum(0).tolist()]
-    source = torch.cat([offset[l] + torch.arange(d_in, device=device).repeat(d_out)
-                        for l, (d_in, d_out) in enumerate(zip(sizes, sizes[1:]))])
-    target = torch.cat([offset[l + 1] + torch.arange(d_out, device=device).repeat_interleave(d_in)
-                        for l, (d_in, d_out) in enumerate(zip(sizes, sizes[1:]))])
-    edge_layers = torch.repeat_interleave(torch.arange(len(sizes) - 1, device=device), widths[:-1] * widths[1:])
-    return layer, position, edge_layers, torch.stack([source, target])
-
-
-def dense_widths(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge_layer: Tensor, batch: Tensor,
-                 num_graphs: int, dense: Optional[bool] = None) -> Optional[tuple[int, ...]]:
-    """The widths layers read dense blocks with: ``dense=None`` :func:`uniform_widths` (the dense path
-    when the batch allows it), ``False`` ``None`` (the general path only), ``True`` the widths or an error.
-    """
-    widths = None if dense is False else uniform_widths(node_layer, node_index, edge_index, edge_layer, batch,
-                                                          num_graphs)
-    if dense and widths is None:
-        raise ValueError("dense=True but the batch is not one layout stored canonically (graph by graph, nodes by "
-                         "layer and position, edges row-major); use dense=None to fall back to the general path")
-    return widths
-
-
-def layer_index(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge_layer: Tensor, batch: Tensor,
-                num_graphs: int, dense: Optional[bool] = None) -> LayerIndex:
-    """Group the nodes and edges of a batch by layer (a stable sort, no per-layer search).
-
-    ``dense`` as in :func:`dense_widths`, which fills ``widths``.
-    """
-    widths = dense_widths(node_layer, node_index, edge_index, edge_layer, batch, num_graphs, dense)
-    num_node_layers = int(node_layer.max()) + 1 if node_layer.numel() else 0
-    node_order = torch.argsort(node_layer, stable=True)
-    node_counts = torch.bincount(node_layer, minlength=num_node_layers).tolist()
-    nodes = node_order.split(node_counts)
-    row_in_layer = torch.empty_like(node_layer)
-    for ids in nodes:
-        row_in_layer[ids] = torch.arange(len(ids), device=ids.device)
-    edge_order = torch.argsort(edge_layer, stable=True)
-    edges = edge_order.split(torch.bincount(edge_layer, minlength=max(num_node_layers - 1, 0)).tolist())
-    src, dst = edge_index
-    depth = scatter(node_layer, batch, 0, num_graphs, "max")
-    return LayerIndex(
-        nodes=nodes,
-        node_graph=tuple(batch[ids] for ids in nodes),
-        position=tuple(node_index[ids] for ids in nodes),
-        edges=edges,
-        source_row=tuple(row_in_layer[src[ids]] for ids in edges),
-        target_row=tuple(row_in_layer[dst[ids]] for ids in edges),
-        edge_graph=tuple(batch[dst[ids]] for ids in edges),
-        depths=tuple(torch.unique(depth).tolist()),
-        widths=widths,
-    )
-
-
-class GraphContext(NamedTuple):
-    """The structure every layer of a metanetwork reads, built once per batch by the encoder.
-
-    Layers take these fields as named tensors (each layer lists the ones it needs in
-    ``MetanetLayer.context``). With reverse edges, ``edge_index``/``edge_layer`` have ``2E``
-    columns, the reverse edges after the forward ones, and ``reverse[k]`` is the index of edge
-    ``k``'s opposite; the general path reads the pairing only through ``reverse``.
-
-    ``widths`` (:func:`dense_widths`) says the batch is one layout ``(d_0, ..., d_L)`` stored
-    canonically: edge layer ``l`` of graph ``b`` is then a ``[d_{l+1}, d_l]`` block of consecutive
-    rows, and with reverse edges row ``E + k`` is the opposite of row ``k``, so layers may read
-    ``[B, d_{l+1}, d_l, C]`` views of the edge features and reduce over an axis instead of
-    scattering (their dense path).
-    """
-
-    edge_index: Tensor  # [2, E or 2E]
-    edge_layer: Tensor  # [E or 2E]
-    node_layer: Tensor  # [N]
-    node_index: Tensor  # [N] position of each neuron within its layer
-    batch: Tensor  # [N] graph of each node
-    num_graphs: int
-    num_edges: int  # E, the edges of the graph (the first E rows of edge features)
-    reverse: Optional[Tensor] = None  # [2E] opposite of each edge (reverse_edges=True)
-    layers: Optional[LayerIndex] = None  # nodes/edges grouped by layer (layer_index=True)
-    hidden: Optional[Tensor] = None  # [N] bool: hidden neuron (neither input nor its network's output)
-    widths: Optional[tuple[int, ...]] = None  # node-layer widths of a canonical one-layout batch, else None
-
-
 class EncodedGraph(NamedTuple):
-    """Hidden node and edge features of a graph, and the :class:`GraphContext` of its batch."""
+    """Hidden node and edge features of a graph, and the :class:`~neuralgraph.nn.context.GraphContext` of its batch."""
 
     node: Tensor  # [N, hidden_dim]
     edge: Tensor  # [E or 2E, hidden_dim]
     context: GraphContext
-
-
-def node_graph_index(graph: Graph) -> Tensor:
-    """Index of the graph each node belongs to (zeros for a single ``Data``)."""
-    if isinstance(graph, Batch):
-        return graph.batch
-    return torch.zeros(graph.num_nodes, dtype=torch.long, device=graph.x.device)
-
-
-def num_graphs(graph: Graph) -> int:
-    return graph.num_graphs if isinstance(graph, Batch) else 1
-
-
-def reverse_edge_partner(num_edges: int, device: Optional[torch.device] = None) -> Tensor:
-    """For ``[forward edges, reverse edges]`` (``2E`` rows), the index of each edge's opposite."""
-    return (torch.arange(2 * num_edges, device=device) + num_edges) % (2 * num_edges)
-
-
-def graph_context(graph: Graph, reverse_edges: bool = False, with_layer_index: bool = False,
-                  dense: Optional[bool] = None) -> GraphContext:
-    """The :class:`GraphContext` of ``graph``: reverse edges appended and/or layers indexed on request.
-
-    ``dense`` as in :func:`dense_widths` (``widths`` of the context and of its layer index).
-    """
-    batch, count = node_graph_index(graph), num_graphs(graph)
-    edge_index, edge_layer = graph.edge_index, graph.edge_layer
-    num_edges = edge_index.shape[1]
-    widths = dense_widths(graph.node_layer, graph.node_index, edge_index, edge_layer, batch, count, dense)
-    layers = (
-        layer_index(graph.node_layer, graph.node_index, edge_index, edge_layer, batch, count, False)._replace(
-            widths=widths)
-        if with_layer_index else None
-    )
-    reverse = None
-    if reverse_edges:
-        edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
-        edge_layer = torch.cat([edge_layer, edge_layer])
-        reverse = reverse_edge_partner(num_edges, edge_index.device)
-    hidden = (graph.node_layer > 0) & (graph.node_layer < scatter(graph.node_layer, batch, 0, count, "max")[batch])
-    return GraphContext(edge_index, edge_layer, graph.node_layer, graph.node_index, batch, count, num_edges, reverse,
-                        layers, hidden, widths)
 
 
 def check_index_range(name: str, index: Tensor, size: int, option: str) -> None:
@@ -295,11 +114,12 @@ class GraphEncoder(nn.Module):
         edge_features: ``F``, the width of ``graph.edge_attr`` (1 for MLPs, ``kh*kw`` for convs).
         positional: ``"neuron"`` or ``"layer"`` (see the module docstring).
         reverse_edges: add a reverse edge per edge, lifted from ``[e_ij, e_ji]``.
-        layer_index: group nodes and edges by layer in the context (:class:`LayerIndex`).
-        dense: let layers read a canonical one-layout batch as dense per-layer blocks
-            (``GraphContext.widths``, ``LayerIndex.widths``): ``None`` when the batch allows it
-            (:func:`uniform_widths`), ``False`` never, ``True`` always (error otherwise). An
-            attribute, so tests and benchmarks may switch it on a built model.
+        layer_index: group nodes and edges by layer in the context
+            (:class:`~neuralgraph.nn.context.LayerIndex`).
+        dense: let the metanet run its layers on dense per-layer blocks of a batch of one layout
+            stored canonically (``GraphContext.widths``): ``None`` when the batch allows it,
+            ``False`` never (the general path), ``True`` always (error otherwise). An attribute,
+            so tests and benchmarks may switch it on a built model.
         fourier_features: number of random Fourier frequencies per scalar (0: linear lift).
         fourier_scale: standard deviation of those frequencies.
         max_layers: number of weight layers the embeddings cover.
@@ -361,7 +181,7 @@ class GraphEncoder(nn.Module):
         num_positions = max_node_types if positional == "neuron" else max_layers + 1
         self.node_position = nn.Embedding(num_positions, hidden_dim)
         self.edge_position = nn.Embedding(max_layers, hidden_dim)
-        self.activation_embedding = nn.Embedding(len(ACTIVATIONS), hidden_dim) if node_activations else None
+        self.activation_embedding = nn.Embedding(len(Activation), hidden_dim) if node_activations else None
         self.edge_kind_embedding = nn.Embedding(len(EDGE_KINDS), hidden_dim) if skip_edges else None
         # per-layer standardisation of the raw biases and weights (identity until set)
         self.register_buffer("node_mean", torch.zeros(max_layers + 1))
@@ -404,7 +224,13 @@ class GraphEncoder(nn.Module):
             mean.copy_(torch.where(present, layer_mean, torch.zeros_like(layer_mean)).to(mean.dtype))
             std.copy_(torch.where(present, layer_std, torch.ones_like(layer_std)).to(std.dtype))
 
-    def forward(self, graph: Graph) -> EncodedGraph:
+    def context(self, graph: Graph, blocks: Optional[WeightBlocks] = None) -> GraphContext:
+        """The :class:`~neuralgraph.nn.context.GraphContext` of ``graph`` with this encoder's reverse
+        edges, layer index and ``dense`` setting; ``blocks``: the batch's weights, when it carries them."""
+        return graph_context(graph, self.reverse_edges, self.layer_index, self.dense, blocks)
+
+    def forward(self, graph: Graph, context: Optional[GraphContext] = None) -> EncodedGraph:
+        """Node and edge features of ``graph``; ``context``: its :meth:`context`, built here when not given."""
         edge_attr = graph.edge_attr
         if edge_attr.dim() != 2 or edge_attr.shape[1] != self.edge_features:
             raise ValueError(
@@ -424,7 +250,11 @@ class GraphEncoder(nn.Module):
             edge_attr = edge_attr - self.edge_mean[graph.edge_layer, None]
         x = x / self.node_std[graph.node_layer, None]
         edge_attr = edge_attr / self.edge_std[graph.edge_layer, None]
-        context = graph_context(graph, self.reverse_edges, self.layer_index, self.dense)
+        if context is None:
+            context = self.context(graph)
+        elif self.reverse_edges != (context.reverse is not None) or (self.layer_index and context.layers is None):
+            raise ValueError(f"GraphEncoder(reverse_edges={self.reverse_edges}, layer_index={self.layer_index}) got a "
+                             "context built without them; build it with this encoder's context(graph)")
         if self.reverse_edges:
             zeros = torch.zeros_like(edge_attr)
             edge_attr = torch.cat([torch.cat([edge_attr, zeros], 1), torch.cat([zeros, edge_attr], 1)])
@@ -444,7 +274,7 @@ class GraphEncoder(nn.Module):
             edge = edge * edge_position
         edge = edge.view(rows)
         if self.weight_features is not None:
-            node_term, edge_term = self.weight_features(graph)
+            node_term, edge_term = self.weight_features(graph, context.blocks)
             if node_term is not None:
                 node = node + node_term
             if edge_term is not None:
@@ -467,7 +297,7 @@ class GraphEncoder(nn.Module):
             if activation is None:
                 raise ValueError("graph has no field activation (module_to_graph and make-cnn-zoo graphs carry it); "
                                  "build the metanet with node_activations=False")
-            check_index_range("activation", activation, len(ACTIVATIONS), "len(ACTIVATIONS)")
+            check_index_range("activation", activation, len(Activation), "len(Activation)")
             node_position = node_position + self.activation_embedding(activation)
         return node_position, edge_position
 

@@ -6,7 +6,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from neuralgraph.graph.core import GraphConversionError
+from neuralgraph.graph import GraphConversionError
 
 
 def merge_ensemble(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor]]:

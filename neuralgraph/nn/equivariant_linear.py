@@ -22,16 +22,16 @@ layout a mean is a sum times a constant, so the spanned space is the same.
 
 **Parameters per layer.** Each node layer, edge layer and the graph state have their own maps:
 a model is built for one depth (``num_weight_layers``), and every graph must have exactly it.
-The index sets the layers read (nodes and edges by layer) are built once per batch by the
-encoder (:class:`~neuralgraph.nn.encoder.LayerIndex`).
+The index sets the general path reads (nodes and edges by layer) are built once per batch with
+the graph context (:class:`~neuralgraph.nn.context.LayerIndex`).
 
-**Dense path.** When every graph of the batch has one layout stored canonically
-(``LayerIndex.widths``, :func:`~neuralgraph.nn.encoder.uniform_widths`), node layer ``k`` is a
-view ``[B, d_k, C]`` and edge layer ``l`` a view ``[B, d_{l+1}, d_l, C]`` of the feature rows:
-edge means are means over an axis, per-node terms broadcast instead of being gathered, and
-fold/unfold are reshapes (:func:`dense_fold`, :func:`dense_unfold`). The general path (index
-scatters and gathers) serves every other batch; both compute the same function. A
-:class:`WeightSpaceMetanet` folds such a batch once for all its layers and unfolds once at the end.
+**Two paths.** The general path (``forward``: :func:`fold`, index scatters and gathers,
+:func:`unfold`) serves any batch. When the batch is one layout stored canonically
+(``GraphContext.widths``), node layer ``k`` is a view ``[B, d_k, C]`` and edge layer ``l`` a view
+``[B, d_{l+1}, d_l, C]`` of the feature rows: :class:`WeightSpaceMetanet` folds them into dense
+blocks once (:func:`dense_fold`, reshapes), runs every layer's ``forward_dense`` on them (edge
+means over an axis, per-node terms broadcast instead of gathered) and unfolds once
+(:func:`dense_unfold`). Both compute the same function.
 """
 from __future__ import annotations
 
@@ -43,10 +43,9 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch_geometric.utils import scatter
 
-from neuralgraph.graph.core import Graph
 from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.base import Metanet, MetanetLayer
-from neuralgraph.nn.encoder import LayerIndex
+from neuralgraph.nn.context import GraphContext, LayerIndex, check_dense_rows
 
 PARAMETERISATIONS = ("terms", "blocks")
 Term = tuple[str, int]  # (kind: "edge" or "node", width)
@@ -83,8 +82,7 @@ def restrict(index: LayerIndex, first: int, last: int) -> LayerIndex:
     """``index`` for node layers ``first..last`` and the edge layers between them."""
     nodes, edges = slice(first, last + 1), slice(first, last)
     return LayerIndex(index.nodes[nodes], index.node_graph[nodes], index.position[nodes], index.edges[edges],
-                      index.source_row[edges], index.target_row[edges], index.edge_graph[edges], index.depths,
-                      None if index.widths is None else index.widths[nodes])
+                      index.source_row[edges], index.target_row[edges], index.edge_graph[edges], index.depths)
 
 
 def check_fixed(inputs: int, outputs: int, fixed: tuple[int, int]) -> None:
@@ -358,44 +356,50 @@ class NPLinear(nn.Module):
             if mixer is not None:
                 mixer.reset_parameters()
 
-    def forward(self, space: WeightSpace, index: Optional[LayerIndex], num_graphs: int) -> WeightSpace:
-        """``index`` covers exactly the layers of ``space``; ``None``: ``space`` is dense (see :class:`WeightSpace`)."""
+    def forward(self, space: WeightSpace, index: LayerIndex, num_graphs: int) -> WeightSpace:
+        """The general path: ``space`` in rows, ``index`` covering exactly its layers; means are scatters."""
         K = self.num_edge_layers
-        if index is None:  # means over the axes of [B, d_{l+1}, d_l, C] blocks; terms broadcast
-            incoming = [edges.mean(2) for edges in space.edges]
-            outgoing = [edges.mean(1) for edges in space.edges]
-            terms = [torch.cat([state, *incoming[k - 1 : k], *outgoing[k : k + 1]], dim=2)
-                     for k, state in enumerate(space.nodes)]
-            # a layer's mean is the mean of its column means: its backward reads the small [B, d_l, C] blocks
-            pooled = torch.cat([state.mean(1) for state in space.nodes] + [column.mean(1) for column in outgoing]
-                               + ([] if space.graph is None else [space.graph]), dim=1)
-            nodes = [mixer({"self": (terms[k], None), "graph": (pooled[:, None], None)})
-                     for k, mixer in enumerate(self.node_mixers)]
-            edges = [mixer({"self": (space.edges[l], None), "target": (terms[l + 1][:, :, None], None),
-                            "source": (terms[l][:, None], None), "graph": (pooled[:, None, None], None)})
-                     for l, mixer in enumerate(self.edge_mixers)]
-        else:
-            terms = []
-            for k, state in enumerate(space.nodes):
-                rows = state.shape[0]
-                incoming = [scatter(space.edges[k - 1], index.target_row[k - 1], 0, rows, "mean")] if k > 0 else []
-                outgoing = [scatter(space.edges[k], index.source_row[k], 0, rows, "mean")] if k < K else []
-                terms.append(torch.cat([state, *incoming, *outgoing], dim=1))
-            pooled = torch.cat(
-                [scatter(state, graph, 0, num_graphs, "mean") for state, graph in zip(space.nodes, index.node_graph)]
-                + [scatter(edges, graph, 0, num_graphs, "mean") for edges, graph in zip(space.edges, index.edge_graph)]
-                + ([] if space.graph is None else [space.graph]),
-                dim=1,
-            )
-            nodes = [mixer({"self": (terms[k], None), "graph": (pooled, index.node_graph[k])})
-                     for k, mixer in enumerate(self.node_mixers)]
-            edges = [
-                mixer({"self": (space.edges[l], None), "target": (terms[l + 1], index.target_row[l]),
-                       "source": (terms[l], index.source_row[l]), "graph": (pooled, index.edge_graph[l])})
-                for l, mixer in enumerate(self.edge_mixers)
-            ]
-        graph = None if self.graph_mixer is None else self.graph_mixer({"graph": (pooled, None)})
-        return WeightSpace(nodes, edges, graph)
+        terms = []
+        for k, state in enumerate(space.nodes):
+            rows = state.shape[0]
+            incoming = [scatter(space.edges[k - 1], index.target_row[k - 1], 0, rows, "mean")] if k > 0 else []
+            outgoing = [scatter(space.edges[k], index.source_row[k], 0, rows, "mean")] if k < K else []
+            terms.append(torch.cat([state, *incoming, *outgoing], dim=1))
+        pooled = torch.cat(
+            [scatter(state, graph, 0, num_graphs, "mean") for state, graph in zip(space.nodes, index.node_graph)]
+            + [scatter(edges, graph, 0, num_graphs, "mean") for edges, graph in zip(space.edges, index.edge_graph)]
+            + ([] if space.graph is None else [space.graph]),
+            dim=1,
+        )
+        nodes = [mixer({"self": (terms[k], None), "graph": (pooled, index.node_graph[k])})
+                 for k, mixer in enumerate(self.node_mixers)]
+        edges = [
+            mixer({"self": (space.edges[l], None), "target": (terms[l + 1], index.target_row[l]),
+                   "source": (terms[l], index.source_row[l]), "graph": (pooled, index.edge_graph[l])})
+            for l, mixer in enumerate(self.edge_mixers)
+        ]
+        return WeightSpace(nodes, edges, self.graph_state(pooled))
+
+    def forward_dense(self, space: WeightSpace) -> WeightSpace:
+        """The dense path: ``space`` in blocks (see :class:`WeightSpace`); means over the axes of the
+        ``[B, d_{l+1}, d_l, C]`` edge blocks, terms broadcast."""
+        incoming = [edges.mean(2) for edges in space.edges]
+        outgoing = [edges.mean(1) for edges in space.edges]
+        terms = [torch.cat([state, *incoming[k - 1 : k], *outgoing[k : k + 1]], dim=2)
+                 for k, state in enumerate(space.nodes)]
+        # a layer's mean is the mean of its column means: its backward reads the small [B, d_l, C] blocks
+        pooled = torch.cat([state.mean(1) for state in space.nodes] + [column.mean(1) for column in outgoing]
+                           + ([] if space.graph is None else [space.graph]), dim=1)
+        nodes = [mixer({"self": (terms[k], None), "graph": (pooled[:, None], None)})
+                 for k, mixer in enumerate(self.node_mixers)]
+        edges = [mixer({"self": (space.edges[l], None), "target": (terms[l + 1][:, :, None], None),
+                        "source": (terms[l][:, None], None), "graph": (pooled[:, None, None], None)})
+                 for l, mixer in enumerate(self.edge_mixers)]
+        return WeightSpace(nodes, edges, self.graph_state(pooled))
+
+    def graph_state(self, pooled: Tensor) -> Optional[Tensor]:
+        """The new graph state from the pooled terms ``[B, width]`` (``None`` without one)."""
+        return None if self.graph_mixer is None else self.graph_mixer({"graph": (pooled, None)})
 
 
 class EquivariantLinear(MetanetLayer):
@@ -404,20 +408,24 @@ class EquivariantLinear(MetanetLayer):
     ``symmetry="np"``: :class:`NPLinear` on layers ``0..L``. ``symmetry="hidden"``: input and
     output neurons folded into channels (:func:`fold`), :class:`NPLinear` on the hidden layers
     ``1..L-1``, then :func:`unfold`. ``activation`` applies ReLU and dropout to the output, as
-    between the layers of DWS and NFN.
+    between the layers of DWS and NFN. ``forward`` runs on feature rows with the batch's
+    :class:`~neuralgraph.nn.context.LayerIndex`; ``forward_dense`` on the folded blocks of a
+    batch of one layout, which :meth:`WeightSpaceMetanet.dense_stack` folds once for all layers.
 
     Args:
-        channels: width ``C`` of node and edge features (in and out).
-        num_weight_layers: depth ``L`` of the networks read (every graph must have it).
-        symmetry: ``"hidden"`` or ``"np"``.
-        parameterisation: ``"terms"`` (NFN) or ``"blocks"`` (DWS), see :class:`TermMixer`.
-        max_inputs, max_outputs: input/output positions kept apart (``"hidden"`` only).
-        activation: apply ReLU (and dropout) after the linear map.
-        dropout: dropout probability after the activation.
+        channels (int): width ``C`` of node and edge features (in and out).
+        num_weight_layers (int): depth ``L`` of the networks read (every graph must have it).
+        symmetry (str): ``"hidden"`` or ``"np"``.
+        parameterisation (str): ``"terms"`` (NFN) or ``"blocks"`` (DWS), see :class:`TermMixer`.
+        max_inputs, max_outputs (int, optional): input/output positions kept apart (``"hidden"`` only).
+            (default: ``0``)
+        activation (bool, optional): apply ReLU (and dropout) after the linear map. (default: ``True``)
+        dropout (float, optional): dropout probability after the activation. (default: ``0.0``)
 
     Shapes:
-        ``x`` ``[N, C]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, C]``, ``layers`` the
-        :class:`~neuralgraph.nn.encoder.LayerIndex` of the batch -> ``([N, C], [E, C])``.
+        ``forward``: ``x`` ``[N, C]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, C]``, ``layers`` the
+        :class:`~neuralgraph.nn.context.LayerIndex` of the batch -> ``([N, C], [E, C])``.
+        ``forward_dense``: a folded :class:`WeightSpace` of blocks and the node-layer ``widths`` -> alike.
     """
 
     context = ("layers", "num_graphs")
@@ -471,7 +479,7 @@ class EquivariantLinear(MetanetLayer):
         """ValueError unless ``layers`` is given and every graph has ``num_weight_layers`` weight layers."""
         if layers is None:
             raise ValueError("EquivariantLinear needs layers=LayerIndex (encoder option layer_index=True, "
-                             "or neuralgraph.nn.encoder.layer_index)")
+                             "or neuralgraph.nn.context.layer_index)")
         if layers.depths != (self.num_weight_layers,):
             raise ValueError(
                 f"graph layouts have {list(layers.depths)} weight layers but the layer was built for "
@@ -481,28 +489,24 @@ class EquivariantLinear(MetanetLayer):
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, layers: Optional[LayerIndex],
                 num_graphs: int) -> tuple[Tensor, Tensor]:
         """``layers``: the nodes and edges of ``(x, edge_index, edge_attr)`` grouped by layer."""
-        L = self.num_weight_layers
         self.check_layers(layers)
-        if layers.widths is not None:
-            space = self.np_linear(dense_fold(x, edge_attr, layers.widths, self.fixed), None, num_graphs)
-            x, edge_attr = dense_unfold(space, layers.widths, self.fixed, self.channels)
-        else:
-            permuted = layers if self.fixed is None else restrict(layers, 1, L - 1)
-            space = self.np_linear(fold(x, edge_attr, layers, num_graphs, self.fixed), permuted, num_graphs)
-            x, edge_attr = unfold(space, layers, self.fixed, self.channels, x.shape[0], edge_attr.shape[0])
+        L = self.num_weight_layers
+        permuted = layers if self.fixed is None else restrict(layers, 1, L - 1)
+        space = self.np_linear(fold(x, edge_attr, layers, num_graphs, self.fixed), permuted, num_graphs)
+        x, edge_attr = unfold(space, layers, self.fixed, self.channels, x.shape[0], edge_attr.shape[0])
         if self.activation:
             x, edge_attr = self.dropout(torch.relu(x)), self.dropout(torch.relu(edge_attr))
         return x, edge_attr
 
-    def dense_forward(self, space: WeightSpace, widths: Sequence[int], num_graphs: int) -> WeightSpace:
-        """The layer on the folded dense blocks of a canonical batch (:func:`dense_fold`), its output
-        folded again (:func:`dense_refold`): what ``forward`` computes, without unfolding to rows.
-        Without dropout only (the masks would be drawn in another order than on rows)."""
-        space = dense_refold(self.np_linear(space, None, num_graphs), widths, self.fixed, self.channels)
+    def forward_dense(self, space: WeightSpace, widths: Sequence[int]) -> WeightSpace:
+        """The layer on the folded dense blocks of a canonical batch of node-layer ``widths`` (:func:`dense_fold`),
+        its output folded again (:func:`dense_refold`): what ``forward`` computes, without unfolding to rows.
+        ReLU and dropout act on every block (an unfolded element is one folded element)."""
+        space = dense_refold(self.np_linear.forward_dense(space), widths, self.fixed, self.channels)
         if not self.activation:
             return space
-        return WeightSpace([torch.relu(state) for state in space.nodes], [torch.relu(edges) for edges in space.edges],
-                           None if space.graph is None else torch.relu(space.graph))
+        nodes, edges = ([self.dropout(torch.relu(t)) for t in part] for part in (space.nodes, space.edges))
+        return WeightSpace(nodes, edges, None if space.graph is None else self.dropout(torch.relu(space.graph)))
 
 
 class WeightSpaceMetanet(Metanet):
@@ -568,23 +572,15 @@ class WeightSpaceMetanet(Metanet):
             arguments["max_outputs"] = max(layout[-1] for layout in spec.layouts)
         return arguments
 
-    def forward(self, graph: Graph) -> tuple[Tensor, Tensor]:
-        """As :meth:`Metanet.forward`; on a canonical one-layout batch (``LayerIndex.widths``) the
-        features are folded into dense blocks once, every layer runs on them
-        (:meth:`EquivariantLinear.dense_forward`) and they are unfolded once, instead of a
-        fold and an unfold of every edge row per layer. Layers compiled in place
-        (``nn.Module.compile``, which sets ``_compiled_call_impl``) or dropout in training run one
-        by one on rows."""
-        node, edge, context = self.encoder(graph)
-        widths = context.layers.widths
-        if (widths is None or not self.layers or (self.training and self.dropout > 0)
-                or any(layer._compiled_call_impl is not None for layer in self.layers)):
-            for layer in self.layers:
-                node, edge = layer(node, context.edge_index, edge, **layer.context_arguments(context))
-            return node, edge
-        first = self.layers[0]
-        first.check_layers(context.layers)
+    def dense_stack(self, node: Tensor, edge: Tensor, context: GraphContext) -> tuple[Tensor, Tensor]:
+        """The layers on the dense blocks of a canonical batch: folded once (:func:`dense_fold`), every layer's
+        ``forward_dense``, unfolded once (:func:`dense_unfold`)."""
+        widths, first = context.widths, self.layers[0]
+        if len(widths) - 1 != self.num_weight_layers:
+            raise ValueError(f"graph layouts have {[len(widths) - 1]} weight layers but the layer was built for "
+                             f"num_weight_layers={self.num_weight_layers} (its parameters are per layer)")
+        check_dense_rows(type(self).__name__, node, edge, widths)
         space = dense_fold(node, edge, widths, first.fixed)
         for layer in self.layers:
-            space = layer.dense_forward(space, widths, context.num_graphs)
+            space = layer.forward_dense(space, widths)
         return dense_unfold(space, widths, first.fixed, self.hidden_dim)

@@ -1,13 +1,13 @@
 """Graph Metanetwork (GMN, Lim et al. 2024): bidirectional edge-updating message passing."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
-from neuralgraph.nn.base import EdgeUpdate, Metanet, MetanetLayer, ResidualNorm, block_rows, edge_blocks, node_blocks
+from neuralgraph.nn.base import EdgeUpdate, Metanet, MetanetLayer, ResidualNorm, node_rows
 from neuralgraph.nn.registry import register_metanet
 
 
@@ -25,21 +25,20 @@ class GMNLayer(MessagePassing, MetanetLayer):
         x_i' &= \mathrm{LN}\big(x_i + \mathrm{Dropout}(W_2\,\mathrm{SiLU}(W_x x_i + V_f f_i + V_b b_i))\big)
 
     Every operation is per node or per edge, or a mean over ``edge_index``: the layer is
-    equivariant to any relabelling of the nodes, hence to hidden-neuron permutations. A PyG
-    ``MessagePassing`` operator: one ``propagate`` along the edges, one against them. Given
-    ``widths`` (``GraphContext.widths``: a canonical one-layout batch) it takes the dense path
-    instead: edge layer ``l`` is a ``[B, d_{l+1}, d_l, d]`` block, node terms are broadcast
-    over it and the two means are means over its ``d_l`` and ``d_{l+1}`` axes; same math.
+    equivariant to any relabelling of the nodes, hence to hidden-neuron permutations.
+    ``forward`` is a PyG ``MessagePassing`` operator: one ``propagate`` along the edges, one
+    against them. ``forward_dense`` runs on the ``[B, d_{l+1}, d_l, d]`` blocks of a batch of one
+    layout: node terms are broadcast over them and the two means are means over their ``d_l`` and
+    ``d_{l+1}`` axes.
 
     Args:
-        hidden_dim: width ``d`` of node and edge features.
-        dropout: dropout probability on the node and edge updates.
+        hidden_dim (int): width ``d`` of node and edge features.
+        dropout (float, optional): dropout probability on the node and edge updates. (default: ``0.0``)
 
     Shapes:
-        ``x`` ``[N, d]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, d]`` -> ``([N, d], [E, d])``.
+        ``forward``: ``x`` ``[N, d]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, d]`` -> ``([N, d], [E, d])``.
+        ``forward_dense``: ``nodes[k]`` ``[B, d_k, d]``, ``edges[l]`` ``[B, d_{l+1}, d_l, d]`` -> alike.
     """
-
-    context = ("widths",)
 
     def __init__(self, hidden_dim: int, dropout: float = 0.0):
         super().__init__(aggr="mean")
@@ -59,36 +58,35 @@ class GMNLayer(MessagePassing, MetanetLayer):
             lin.reset_parameters()
         self.residual.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *,
-                widths: Optional[Sequence[int]] = None) -> tuple[Tensor, Tensor]:
-        edge_attr = self.edge_mlp(x, edge_index, edge_attr, widths=widths)
-        if widths is None:
-            forward_agg = self.propagate(edge_index, x=self.forward_node(x), edge=self.forward_edge(edge_attr))
-            backward_agg = self.propagate(edge_index.flip(0), x=self.backward_node(x),
-                                          edge=self.backward_edge(edge_attr))
-        else:
-            forward_agg, backward_agg = self.dense_means(x, edge_attr, widths)
-        hidden = nn.functional.silu(self.node_lin(torch.cat([x, forward_agg, backward_agg], dim=-1)))
-        return self.residual(x, self.out(hidden)), edge_attr
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
+        edge_attr = self.edge_mlp(x, edge_index, edge_attr)
+        forward_agg = self.propagate(edge_index, x=self.forward_node(x), edge=self.forward_edge(edge_attr))
+        backward_agg = self.propagate(edge_index.flip(0), x=self.backward_node(x), edge=self.backward_edge(edge_attr))
+        return self.node_update(x, forward_agg, backward_agg), edge_attr
 
     def message(self, x_j: Tensor, edge: Tensor) -> Tensor:
         return nn.functional.silu(x_j + edge)
 
-    def dense_means(self, x: Tensor, edge_attr: Tensor, widths: Sequence[int]) -> tuple[Tensor, Tensor]:
-        """``f`` and ``b`` of every node from the ``[B, d_{l+1}, d_l, d]`` edge blocks: means over an axis.
+    def node_update(self, x: Tensor, forward_agg: Tensor, backward_agg: Tensor) -> Tensor:
+        """``x'`` from ``x`` and its two means (rows of any leading shape)."""
+        hidden = nn.functional.silu(self.node_lin(torch.cat([x, forward_agg, backward_agg], dim=-1)))
+        return self.residual(x, self.out(hidden))
 
-        Sums divided afterwards, so the backward pass divides ``[B, d_k, d]`` means, not every edge.
-        Input neurons have no ``f`` and output neurons no ``b`` (zero, as the mean over no edges).
-        """
-        forward_edges = edge_blocks(self.forward_edge(edge_attr), widths)
-        backward_edges = edge_blocks(self.backward_edge(edge_attr), widths)
-        sources, targets = node_blocks(self.forward_node(x), widths), node_blocks(self.backward_node(x), widths)
-        first, last = x.new_zeros(sources[0].shape), x.new_zeros(targets[-1].shape)
-        forward = [first] + [nn.functional.silu(edge + source[:, None]).sum(2) / source.shape[1]
-                             for edge, source in zip(forward_edges, sources)]
-        backward = [nn.functional.silu(edge + target[:, :, None]).sum(1) / target.shape[1]
-                    for edge, target in zip(backward_edges, targets[1:])] + [last]
-        return block_rows(forward), block_rows(backward)
+    def forward_dense(self, nodes: Sequence[Tensor], edges: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        """``f`` and ``b`` are means over an axis of each edge block: sums divided afterwards, so the backward
+        pass divides ``[B, d_k, d]`` means, not every edge. Input neurons have no ``f`` and output neurons
+        no ``b`` (zero, as the mean over no edges)."""
+        edges = self.edge_mlp.forward_dense(nodes, edges)
+        x, widths = node_rows(nodes)
+        sources = self.forward_node(x).split(widths, dim=1)
+        targets = self.backward_node(x).split(widths, dim=1)
+        forward = [x.new_zeros(nodes[0].shape)] + [
+            nn.functional.silu(self.forward_edge(edge) + source[:, None]).sum(2) / edge.shape[2]
+            for edge, source in zip(edges, sources)]
+        backward = [nn.functional.silu(self.backward_edge(edge) + target[:, :, None]).sum(1) / edge.shape[1]
+                    for edge, target in zip(edges, targets[1:])] + [x.new_zeros(nodes[-1].shape)]
+        x = self.node_update(x, torch.cat(forward, dim=1), torch.cat(backward, dim=1))
+        return list(x.split(widths, dim=1)), edges
 
 
 @register_metanet("gmn")

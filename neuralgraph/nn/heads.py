@@ -12,6 +12,10 @@ Both take ``scaling`` (``None``, ``"sign"``, ``"scale"``), the scaling group of 
 they read (``metanet.scaling``): the readout then pools invariants :math:`\kappa` of hidden
 neurons' and edges' features, and the decoder's deltas are linear in the features times a
 function of their invariants, so they scale like the weights they are added to.
+
+Both read the batch's :class:`~neuralgraph.nn.context.GraphContext`, the one the metanet ran on
+(``metanet.context(graph, blocks)``, handed on by the tasks), or build it from the graph when
+called without one.
 """
 from __future__ import annotations
 
@@ -22,9 +26,10 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.utils import scatter
 
-from neuralgraph.graph.core import Graph, GraphConversionError, common_layout, graph_to_blocks
+from neuralgraph.graph import Graph, GraphConversionError, common_layout, graph_to_blocks
 from neuralgraph.graph.scaling import check_group, scaling_invariant
-from neuralgraph.nn.encoder import MAX_LAYERS, check_index_range, graph_context, node_graph_index, num_graphs
+from neuralgraph.nn.context import GraphContext, WeightBlocks, edge_blocks, graph_context, node_blocks
+from neuralgraph.nn.encoder import MAX_LAYERS, check_index_range
 from neuralgraph.nn.ensemble import merge_ensemble
 
 
@@ -66,13 +71,14 @@ class InvariantReadout(nn.Module):
     def reset_parameters(self) -> None:
         reset_mlp(self.mlp)
 
-    def forward(self, graph: Graph, node_features: Tensor, edge_features: Tensor) -> Tensor:
-        """``[B, out_dim]`` for a batch of ``B`` graphs."""
+    def forward(self, graph: Graph, node_features: Tensor, edge_features: Tensor,
+                context: Optional[GraphContext] = None) -> Tensor:
+        """``[B, out_dim]`` for a batch of ``B`` graphs; ``context``: the batch's, built here when not given."""
         check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
-        B = num_graphs(graph)
-        node_graph = node_graph_index(graph)
+        context = graph_context(graph, dense=False) if context is None else context
+        B, node_graph = context.num_graphs, context.batch
         if self.scaling is not None:
-            hidden = graph_context(graph).hidden.unsqueeze(-1)
+            hidden = context.hidden.unsqueeze(-1)
             node_features = torch.where(hidden, scaling_invariant(node_features, self.scaling), node_features)
             edge_features = scaling_invariant(edge_features, self.scaling)
         node_slot = node_graph * (self.max_layers + 1) + graph.node_layer
@@ -119,9 +125,10 @@ class WeightDecoder(nn.Module):
     * ``"tied"``: one delta per edge and neuron replicated to all ``k`` members (a control: the
       average of ``k`` identical networks is a ``k = 1`` decoder's network, at ``k = 1``'s parameters).
 
-    At ``k = 1`` the three are the same decoder. Networks are read back by ``node_layer``/``node_index``
-    (through :func:`~neuralgraph.graph.core.graph_to_blocks`), never by storage order. Decoding needs
-    one layout per batch, and MLP graphs (one feature per edge).
+    At ``k = 1`` the three are the same decoder. The input networks are the batch's
+    :class:`~neuralgraph.nn.context.WeightBlocks` where its context has them, else read back from the
+    graph by ``node_layer``/``node_index`` (:func:`~neuralgraph.graph.decode.graph_to_blocks`), never by
+    storage order. Decoding needs one layout per batch, and MLP graphs (one feature per edge).
     """
 
     def __init__(self, hidden_dim: int, k: int = 1, max_layers: int = MAX_LAYERS, init_scale: float = 1e-2,
@@ -171,35 +178,64 @@ class WeightDecoder(nn.Module):
             return edge.expand(-1, self.k), node.expand(-1, self.k)
         return edge, node
 
-    def forward(self, graph: Graph, node_features: Tensor, edge_features: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    def forward(self, graph: Graph, node_features: Tensor, edge_features: Tensor,
+                context: Optional[GraphContext] = None) -> tuple[list[Tensor], list[Tensor]]:
         """Per layer, weights ``[B, k, d_out, d_in]`` and biases ``[B, k, d_out]``; with
-        ``members="coupled"``, one network of hidden width ``k h``: ``[B, 1, d_out', d_in']``, ``[B, 1, d_out']``."""
+        ``members="coupled"``, one network of hidden width ``k h``: ``[B, 1, d_out', d_in']``, ``[B, 1, d_out']``.
+
+        ``context``: the batch's, built here when not given. Where it holds the batch's
+        :class:`~neuralgraph.nn.context.WeightBlocks`, the deltas are added to those blocks (views of
+        the delta rows of the canonical batch); otherwise every network is decoded from the graph."""
         if graph.edge_attr.shape[-1] != 1:
             raise GraphConversionError(
                 f"WeightDecoder decodes MLP graphs; edge_attr has {graph.edge_attr.shape[-1]} features per edge"
             )
-        layout = common_layout(graph)
+        context = graph_context(graph, dense=False) if context is None else context
         check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
         edge_delta, node_delta = self.deltas(node_features, edge_features)
         coupled = self.cross_scale is not None
         if coupled:
             edge_delta = edge_delta.view(-1, self.k, self.k)
             cross_delta, edge_delta = edge_delta, edge_delta.diagonal(dim1=1, dim2=2)
+        if context.blocks is not None:
+            weights, biases = self.edit_blocks(context.blocks, edge_delta, node_delta)
+        else:
+            weights, biases = self.edit_graph(graph, context, edge_delta, node_delta)
+        if not coupled:
+            return weights, biases
+        off_diagonal = 1 - torch.eye(self.k, dtype=cross_delta.dtype, device=cross_delta.device)
+        if context.blocks is not None:
+            cross = [self.cross_scale[l] * block.unflatten(-1, (self.k, self.k)) * off_diagonal for l, block
+                     in enumerate(edge_blocks(cross_delta.flatten(1), context.blocks.layout))]
+        else:
+            cross = self.edge_blocks(graph, self.cross_scale[graph.edge_layer].view(-1, 1, 1) * cross_delta * off_diagonal)
+        return self.couple(weights, biases, cross)
+
+    def edit_blocks(self, blocks: WeightBlocks, edge_delta: Tensor, node_delta: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+        """The ``k`` edited networks from the batch's blocks and the delta rows ``[E, k]``/``[N, k]`` of its
+        canonical graph, viewed as blocks."""
+        layout = blocks.layout
+        weights = [(w + self.scale[l] * delta).permute(0, 3, 1, 2)
+                   for l, (w, delta) in enumerate(zip(blocks.weights, edge_blocks(edge_delta, layout)))]
+        biases = [(b.unsqueeze(-1) + self.scale[l] * delta).transpose(1, 2)
+                  for l, (b, delta) in enumerate(zip(blocks.biases, node_blocks(node_delta, layout)[1:]))]
+        return weights, biases
+
+    def edit_graph(self, graph: Graph, context: GraphContext, edge_delta: Tensor,
+                   node_delta: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+        """The ``k`` edited networks, every weight and bias read back from ``graph`` by its neuron indices."""
+        layout = common_layout(graph)
         edge_values = graph.edge_attr + self.scale[graph.edge_layer].unsqueeze(-1) * edge_delta
         node_scale = self.scale[(graph.node_layer - 1).clamp(min=0)].unsqueeze(-1)
         node_values = graph.x + node_scale * node_delta  # rows of input neurons unused
-
         weights = [w.permute(0, 3, 1, 2) for w in self.edge_blocks(graph, edge_values)]  # [B, k, d_out, d_in]
-        B, node_graph = num_graphs(graph), node_graph_index(graph)
         biases = []
         for l, d_out in enumerate(layout[1:], start=1):
             in_layer = graph.node_layer == l
-            b = node_values.new_zeros(B, d_out, self.k)
-            b[node_graph[in_layer], graph.node_index[in_layer]] = node_values[in_layer]
+            b = node_values.new_zeros(context.num_graphs, d_out, self.k)
+            b[context.batch[in_layer], graph.node_index[in_layer]] = node_values[in_layer]
             biases.append(b.transpose(1, 2))
-        if not coupled:
-            return weights, biases
-        return self.couple(graph, weights, biases, cross_delta)
+        return weights, biases
 
     @staticmethod
     def edge_blocks(graph: Graph, edge_values: Tensor) -> list[Tensor]:
@@ -209,15 +245,13 @@ class WeightDecoder(nn.Module):
         blocks, _ = graph_to_blocks(edited)
         return [w.unflatten(-1, edge_values.shape[1:]) for w in blocks]
 
-    def couple(self, graph: Graph, weights: list[Tensor], biases: list[Tensor],
-               cross_delta: Tensor) -> tuple[list[Tensor], list[Tensor]]:
-        """The merged OCE network of ``weights``/``biases`` plus the cross-copy blocks of its hidden layers."""
+    def couple(self, weights: list[Tensor], biases: list[Tensor],
+               cross: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        """The merged OCE network of ``weights``/``biases`` plus the cross-copy blocks ``cross`` (per layer
+        ``[B, d_out, d_in, k, k]``, scaled) of its hidden layers."""
         k = self.k
-        off_diagonal = 1 - torch.eye(k, dtype=cross_delta.dtype, device=cross_delta.device)
-        cross = self.cross_scale[graph.edge_layer].view(-1, 1, 1) * cross_delta * off_diagonal
         merged_w, merged_b = merge_ensemble(weights, biases)
-        blocks = self.edge_blocks(graph, cross)  # [B, d_out, d_in, k, k]
         for l in range(1, len(merged_w) - 1):  # hidden-to-hidden layers
-            B, d_out, d_in = blocks[l].shape[:3]
-            merged_w[l] = merged_w[l] + blocks[l].permute(0, 3, 1, 4, 2).reshape(B, k * d_out, k * d_in)
+            B, d_out, d_in = cross[l].shape[:3]
+            merged_w[l] = merged_w[l] + cross[l].permute(0, 3, 1, 4, 2).reshape(B, k * d_out, k * d_in)
         return [w.unsqueeze(1) for w in merged_w], [b.unsqueeze(1) for b in merged_b]

@@ -9,8 +9,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch_geometric.utils import scatter, to_dense_batch
 
-from neuralgraph.nn.base import (EdgeUpdate, FeedForward, Metanet, MetanetLayer, ResidualNorm, block_rows,
-                                 check_dense_rows, check_heads, edge_blocks, node_blocks)
+from neuralgraph.nn.base import EdgeUpdate, FeedForward, Metanet, MetanetLayer, ResidualNorm, check_heads, node_rows
 from neuralgraph.nn.registry import register_metanet
 
 
@@ -31,26 +30,26 @@ class NeuronAttentionLayer(MetanetLayer):
         e_{ij} &\leftarrow \mathrm{EdgeUpdate}(e_{ij}, x_j, x_i)
 
     :math:`G(i)` is the set of neurons in the same layer of the same graph. Queries, keys and
-    values are projected once per neuron. General path: attention runs on groups padded to the
+    values are projected once per neuron. ``forward``: attention runs on groups padded to the
     largest layer (``[groups, width, width]`` scores, never ``N x N`` across the batch), with
-    padding masked out, and the edge means are scatters. Dense path, on a canonical one-layout
-    batch (``widths``, see :class:`~neuralgraph.nn.encoder.GraphContext`): the groups of layer
-    ``k`` are a ``[B, d_k, d]`` view, unpadded, and the means reduce an axis of the
-    ``[B, d_{l+1}, d_l, d]`` edge blocks; same result. Hidden neurons of a layer share their
-    positional embedding, so attention among them is equivariant to their permutations.
+    padding masked out, and the edge means are scatters. ``forward_dense``, on a batch of one
+    layout: the groups of layer ``k`` are its ``[B, d_k, d]`` block, unpadded, and the means
+    reduce an axis of the ``[B, d_{l+1}, d_l, d]`` edge blocks. Hidden neurons of a layer share
+    their positional embedding, so attention among them is equivariant to their permutations.
     (`Zhou et al., 2023 <https://arxiv.org/abs/2305.13546>`_.)
 
     Args:
-        hidden_dim: width ``d`` of node and edge features, a multiple of ``num_heads``.
-        num_heads: attention heads.
-        dropout: dropout probability on the attention weights and the updates.
+        hidden_dim (int): width ``d`` of node and edge features, a multiple of ``num_heads``.
+        num_heads (int, optional): attention heads. (default: ``4``)
+        dropout (float, optional): dropout probability on the attention weights and the updates. (default: ``0.0``)
 
     Shapes:
-        ``x`` ``[N, d]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, d]``, ``node_layer``
-        ``[N]``, ``batch`` ``[N]``, optional ``widths`` -> ``([N, d], [E, d])``.
+        ``forward``: ``x`` ``[N, d]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, d]``, ``node_layer``
+        ``[N]``, ``batch`` ``[N]`` -> ``([N, d], [E, d])``.
+        ``forward_dense``: ``nodes[k]`` ``[B, d_k, d]``, ``edges[l]`` ``[B, d_{l+1}, d_l, d]`` -> alike.
     """
 
-    context = ("node_layer", "batch", "widths")
+    context = ("node_layer", "batch")
 
     def __init__(self, hidden_dim: int, num_heads: int = 4, dropout: float = 0.0):
         super().__init__()
@@ -76,52 +75,55 @@ class NeuronAttentionLayer(MetanetLayer):
         for module in (self.exchange_residual, self.attention_residual, self.feedforward, self.edge_mlp):
             module.reset_parameters()
 
-    def forward(
-        self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, node_layer: Tensor, batch: Tensor,
-        widths: Optional[Sequence[int]] = None,
-    ) -> tuple[Tensor, Tensor]:
-        """``node_layer``/``batch``: layer and graph of each node (attention runs within each pair);
-        ``widths`` (``GraphContext.widths``) selects the dense path."""
-        if widths is None:
-            src, dst = edge_index
-            incoming = scatter(edge_attr, dst, 0, x.shape[0], "mean")
-            outgoing = scatter(edge_attr, src, 0, x.shape[0], "mean")
-        else:  # means over the source / target axis of each block; inputs have no incoming edges, outputs no outgoing
-            check_dense_rows(self, x, edge_attr, widths)
-            edges = edge_blocks(edge_attr, widths)
-            first, last = (x.new_zeros(edges[0].shape[0], widths[k], x.shape[1]) for k in (0, -1))
-            incoming = block_rows([first] + [block.sum(2) / block.shape[2] for block in edges])
-            outgoing = block_rows([block.sum(1) / block.shape[1] for block in edges] + [last])
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, node_layer: Tensor,
+                batch: Tensor) -> tuple[Tensor, Tensor]:
+        """``node_layer``/``batch``: layer and graph of each node (attention runs within each pair)."""
+        src, dst = edge_index
+        incoming = scatter(edge_attr, dst, 0, x.shape[0], "mean")
+        outgoing = scatter(edge_attr, src, 0, x.shape[0], "mean")
+        x = self.exchange(x, incoming, outgoing)
+        projected = self.projected(x)
+        groups = layer_groups(node_layer, batch)
+        order = torch.argsort(groups, stable=True)
+        dense, mask = to_dense_batch(projected[order], groups[order])
+        rows = self.attend(dense, mask)[mask]
+        attended = torch.empty_like(rows)  # rows' dtype: bfloat16 under autocast, unlike x
+        attended[order] = rows
+        x = self.node_update(x, attended)
+        return x, self.edge_mlp(x, edge_index, edge_attr)
+
+    def exchange(self, x: Tensor, incoming: Tensor, outgoing: Tensor) -> Tensor:
+        """Weights -> neurons: ``x`` updated from the means of its incoming and outgoing edges."""
         hidden = self.node_lin(x) + self.incoming_lin(incoming) + self.outgoing_lin(outgoing)
-        x = self.exchange_residual(x, self.exchange_out(nn.functional.silu(hidden)))
-        x = self.feedforward(self.attention_residual(x, self.self_attention(x, node_layer, batch, widths)))
-        return x, self.edge_mlp(x, edge_index, edge_attr, widths=widths)
+        return self.exchange_residual(x, self.exchange_out(nn.functional.silu(hidden)))
 
-    def self_attention(self, x: Tensor, node_layer: Tensor, batch: Tensor, widths: Optional[Sequence[int]]) -> Tensor:
-        """Multi-head attention of ``self.attention`` among the neurons of each layer of each graph.
+    def projected(self, x: Tensor) -> Tensor:
+        """Queries, keys and values of ``self.attention``, ``[..., 3d]``, projected once per node."""
+        return F.linear(x, self.attention.in_proj_weight, self.attention.in_proj_bias)
 
-        Queries, keys and values are projected once per node; the groups are ``[B, d_k]`` views
-        of a canonical batch (dense path), or padded to the widest group and masked.
-        """
-        attention = self.attention
-        heads, dropout = attention.num_heads, attention.dropout if self.training else 0.0
-        projected = F.linear(x, attention.in_proj_weight, attention.in_proj_bias)
+    def attend(self, group: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+        """Multi-head attention of ``self.attention`` within groups: ``[G, width, 3d]`` (projected) ->
+        ``[G, width, d]``, before the output projection; ``mask`` ``[G, width]``: the real members."""
+        heads, dropout = self.attention.num_heads, self.attention.dropout if self.training else 0.0
+        query, key, value = (t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in group.chunk(3, -1))
+        mask = None if mask is None else mask[:, None, None, :]
+        return F.scaled_dot_product_attention(query, key, value, mask, dropout).transpose(1, 2).flatten(2)
 
-        def attend(group: Tensor, mask: Optional[Tensor] = None) -> Tensor:  # [G, width, 3d] -> [G, width, d]
-            query, key, value = (t.unflatten(-1, (heads, -1)).transpose(1, 2) for t in group.chunk(3, -1))
-            mask = None if mask is None else mask[:, None, None, :]
-            return F.scaled_dot_product_attention(query, key, value, mask, dropout).transpose(1, 2).flatten(2)
+    def node_update(self, x: Tensor, attended: Tensor) -> Tensor:
+        """``x`` after attention (``attended`` before the output projection) and the feed-forward block."""
+        return self.feedforward(self.attention_residual(x, self.attention.out_proj(attended)))
 
-        if widths is not None:
-            attended = block_rows([attend(group) for group in node_blocks(projected, widths)])
-        else:
-            groups = layer_groups(node_layer, batch)
-            order = torch.argsort(groups, stable=True)
-            dense, mask = to_dense_batch(projected[order], groups[order])
-            rows = attend(dense, mask)[mask]
-            attended = torch.empty_like(rows)  # rows' dtype: bfloat16 under autocast, unlike x
-            attended[order] = rows
-        return attention.out_proj(attended)
+    def forward_dense(self, nodes: Sequence[Tensor], edges: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        """Edge means over the source / target axis of each block (inputs have no incoming edges, outputs no
+        outgoing: zero, as the mean over no edges); attention within each node block, unpadded."""
+        x, widths = node_rows(nodes)
+        first, last = x.new_zeros(nodes[0].shape), x.new_zeros(nodes[-1].shape)
+        incoming = torch.cat([first] + [block.sum(2) / block.shape[2] for block in edges], dim=1)
+        outgoing = torch.cat([block.sum(1) / block.shape[1] for block in edges] + [last], dim=1)
+        x = self.exchange(x, incoming, outgoing)
+        attended = torch.cat([self.attend(group) for group in self.projected(x).split(widths, dim=1)], dim=1)
+        nodes = self.node_update(x, attended).split(widths, dim=1)
+        return list(nodes), self.edge_mlp.forward_dense(nodes, edges)
 
 
 @register_metanet("nft")

@@ -10,10 +10,9 @@ from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.aggr import DegreeScalerAggregation
 
-from neuralgraph.graph.core import Layout, mlp_to_graph
+from neuralgraph.graph import Layout, mlp_to_graph
 from neuralgraph.graph.spec import GraphSpec
-from neuralgraph.nn.base import (EdgeUpdate, FiLM, Metanet, MetanetLayer, ResidualNorm, block_rows,
-                                  check_dense_rows, edge_blocks, node_blocks)
+from neuralgraph.nn.base import EdgeUpdate, FiLM, Metanet, MetanetLayer, ResidualNorm, endpoint_sums, node_rows
 from neuralgraph.nn.registry import register_metanet
 
 AGGREGATORS = ("mean", "min", "max", "std")
@@ -42,25 +41,29 @@ class NGGNNLayer(MessagePassing, MetanetLayer):
         x_i' &= \mathrm{LN}\big(x_i + \mathrm{Dropout}(W_2\,\mathrm{SiLU}(W_1 [x_i, a_i]))\big) \\
         e_k' &= \mathrm{EdgeUpdate}(e_k, e_{\bar k}, x_j', x_i')
 
-    where :math:`[\gamma, \beta]` is the FiLM of the edge. A PyG ``MessagePassing`` operator
-    whose aggregation is PyG's ``DegreeScalerAggregation``, as in ``PNAConv``. Given ``widths``
-    (``GraphContext.widths``: a canonical one-layout batch) it takes the dense path instead:
-    a node of layer ``k`` receives the forward edges of block ``k - 1`` (reduced over their
-    ``d_{k-1}`` axis) and the reverse edges of block ``k`` (over their ``d_{k+1}`` axis), so
-    every aggregator is two block reductions combined, and the degree ``d_{k-1} + d_{k+1}``
-    makes the scalers constants per layer; same math.
+    where :math:`[\gamma, \beta]` is the FiLM of the edge. ``forward`` is a PyG ``MessagePassing``
+    operator whose aggregation is PyG's ``DegreeScalerAggregation``, as in ``PNAConv``.
+    ``forward_dense`` runs on the edge blocks of a batch of one layout: a node of layer ``k``
+    receives the forward edges of block ``k - 1`` (reduced over their ``d_{k-1}`` axis) and the
+    reverse edges of block ``k`` (over their ``d_{k+1}`` axis), so every aggregator is two block
+    reductions combined, and the degree ``d_{k-1} + d_{k+1}`` makes the scalers constants per
+    layer. PyG's aggregation modules reduce rows by index or by contiguous segments; a node's
+    incoming messages are a row of one block and a column of the other, so using them would
+    copy every message into per-node segments and scatter (a slowdown, docs/architectures.md),
+    hence the block reductions, with PyG's formulas (:meth:`scaled_aggregators`).
 
     Args:
-        hidden_dim: width ``d`` of node and edge features.
-        deg: histogram of in-degrees of the training graphs (normalises the degree scalers).
-        dropout: dropout probability on the node and edge updates.
+        hidden_dim (int): width ``d`` of node and edge features.
+        deg (Tensor): histogram of in-degrees of the training graphs (normalises the degree scalers).
+        dropout (float, optional): dropout probability on the node and edge updates. (default: ``0.0``)
 
     Shapes:
-        ``x`` ``[N, d]``, ``edge_index`` ``[2, 2E]`` (every edge and its opposite),
+        ``forward``: ``x`` ``[N, d]``, ``edge_index`` ``[2, 2E]`` (every edge and its opposite),
         ``edge_attr`` ``[2E, d]``, ``reverse`` ``[2E]`` -> ``([N, d], [2E, d])``.
+        ``forward_dense``: ``nodes[k]`` ``[B, d_k, d]``, ``edges[l]`` ``[2, B, d_{l+1}, d_l, d]`` -> alike.
     """
 
-    context = ("reverse", "widths")
+    context = ("reverse",)
 
     def __init__(self, hidden_dim: int, deg: Tensor, dropout: float = 0.0):
         super().__init__(aggr=DegreeScalerAggregation(list(AGGREGATORS), list(SCALERS), deg))
@@ -80,46 +83,42 @@ class NGGNNLayer(MessagePassing, MetanetLayer):
         self.residual.reset_parameters()
         self.edge_mlp.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, reverse: Tensor,
-                widths: Optional[Sequence[int]] = None) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, reverse: Tensor) -> tuple[Tensor, Tensor]:
         """``edge_index`` holds every edge and its opposite; ``reverse[k]`` is the index of ``k``'s opposite."""
-        if widths is None:
-            aggregated = self.propagate(edge_index, x=(self.source_lin(x), self.target_lin(x)), edge_attr=edge_attr)
-        else:
-            aggregated = self.dense_aggregate(x, edge_attr, widths)
-        hidden = nn.functional.silu(self.node_lin(torch.cat([x, aggregated], dim=-1)))
-        x = self.residual(x, self.out(hidden))
-        return x, self.edge_mlp(x, edge_index, edge_attr, reverse, widths=widths)
+        aggregated = self.propagate(edge_index, x=(self.source_lin(x), self.target_lin(x)), edge_attr=edge_attr)
+        x = self.node_update(x, aggregated)
+        return x, self.edge_mlp(x, edge_index, edge_attr, reverse)
 
     def message(self, x_j: Tensor, x_i: Tensor, edge_attr: Tensor) -> Tensor:
         return self.film(x_j + x_i, edge_attr)
 
-    def dense_aggregate(self, x: Tensor, edge_attr: Tensor, widths: Sequence[int]) -> Tensor:
-        """``a_i`` of every node from the ``[B, d_{l+1}, d_l, d]`` blocks of forward and reverse edges.
+    def node_update(self, x: Tensor, aggregated: Tensor) -> Tensor:
+        """``x'`` from ``x`` and ``a`` (rows of any leading shape)."""
+        hidden = nn.functional.silu(self.node_lin(torch.cat([x, aggregated], dim=-1)))
+        return self.residual(x, self.out(hidden))
 
-        Each aggregator of ``DegreeScalerAggregation`` (PyG's fused formulas: mean as sum over
-        count, std from the mean of squares, clamped at 1e-5) is assembled from per-block
-        sums, sums of squares, minima and maxima.
-        """
-        check_dense_rows(self, x, edge_attr, widths, directions=2)
-        channels = x.shape[1]
+    def forward_dense(self, nodes: Sequence[Tensor], edges: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        """The messages of each ``[2, B, d_{l+1}, d_l, d]`` block (forward, reverse), aggregated per node layer."""
+        x, widths = node_rows(nodes)
+        channels = x.shape[-1]
+        source, target = self.source_lin(x).split(widths, dim=1), self.target_lin(x).split(widths, dim=1)
         weight, bias = self.film.lin.weight, self.film.lin.bias
-        halves = edge_attr.view(2, -1, channels).unbind(0)  # forward rows, reverse rows
-        gammas, betas = ([edge_blocks(nn.functional.linear(half, weight[part], bias[part]), widths) for half in halves]
-                         for part in (slice(None, channels), slice(channels, None)))
-        source, target = node_blocks(self.source_lin(x), widths), node_blocks(self.target_lin(x), widths)
-        messages = [(torch.addcmul(beta_f, gamma_f, source[l][:, None] + target[l + 1][:, :, None]),
-                     torch.addcmul(beta_r, gamma_r, source[l + 1][:, :, None] + target[l][:, None]))
-                    for l, (gamma_f, gamma_r, beta_f, beta_r) in enumerate(zip(*gammas, *betas))]
         incoming = [[] for _ in widths]  # incoming[k]: (messages, axis of their sources) into node layer k
-        for l, (forward, reverse) in enumerate(messages):
+        for l, edge in enumerate(edges):
+            gamma = nn.functional.linear(edge, weight[:channels], bias[:channels])
+            beta = nn.functional.linear(edge, weight[channels:], bias[channels:])
+            forward, reverse = torch.addcmul(beta, gamma, endpoint_sums(source, target, l, with_reverse=True))
             incoming[l + 1].append((forward, 2))
             incoming[l].append((reverse, 1))
-        return block_rows([self.scaled_aggregators(parts) for parts in incoming])
+        x = self.node_update(x, torch.cat([self.scaled_aggregators(parts) for parts in incoming], dim=1))
+        nodes = x.split(widths, dim=1)
+        return list(nodes), self.edge_mlp.forward_dense(nodes, edges)
 
     def scaled_aggregators(self, messages: list[tuple[Tensor, int]]) -> Tensor:
         """``[B, d_k, 12 d]``: the 4 aggregators of one node layer's incoming blocks, times each of the 3 degree
-        scalers (``messages``: ``(block, axis of the block's sources)`` pairs)."""
+        scalers (``messages``: ``(block, axis of the block's sources)`` pairs). PyG's formulas, as
+        ``DegreeScalerAggregation`` of its fused aggregations computes them: mean as sum over count, std from
+        the mean of squares (clamped at 1e-5), scalers from the degree and ``avg_deg_log``."""
         count = sum(block.shape[axis] for block, axis in messages)
         mean = sum(block.sum(axis) for block, axis in messages) / count
         variance = sum(block.square().sum(axis) for block, axis in messages) / count - mean * mean

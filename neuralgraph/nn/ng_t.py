@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.utils import scatter, softmax
 
-from neuralgraph.nn.base import (EdgeUpdate, FeedForward, FiLM, Metanet, MetanetLayer, ResidualNorm, check_dense_rows,
-                                 check_heads, edge_blocks, node_blocks)
+from neuralgraph.nn.base import (EdgeUpdate, FeedForward, FiLM, Metanet, MetanetLayer, ResidualNorm, check_heads,
+                                 node_rows)
 from neuralgraph.nn.registry import register_metanet
 
 
@@ -26,27 +26,27 @@ class RelationalAttentionLayer(MetanetLayer):
         x_i'' = \mathrm{LN}\big(x_i' + \mathrm{Dropout}(\mathrm{FFN}(x_i'))\big) \\
         e_k' &= \mathrm{EdgeUpdate}(e_k, e_{\bar k}, x_j'', x_i'')
 
-    Node terms :math:`W_{q,k,v} x` are projected once per node. General path: they are
-    gathered per edge and the softmax runs per destination node over its incoming edges (PyG
-    ``utils.softmax``), so memory is linear in the number of edges. Dense path, on a canonical
-    one-layout batch (``widths``, see :class:`~neuralgraph.nn.encoder.GraphContext`): the
-    forward and the reverse edges of weight layer ``l`` are ``[B, d_{l+1}, d_l, d]`` blocks,
-    node terms broadcast over them, and the softmax of a neuron of layer ``k`` is a dense
-    softmax over its row of forward block ``k - 1`` (its sources) and its column of reverse
-    block ``k`` (the neurons it feeds); same result, nothing gathered or scattered.
+    Node terms :math:`W_{q,k,v} x` are projected once per node. ``forward``: they are gathered per
+    edge and the softmax runs per destination node over its incoming edges (PyG
+    ``utils.softmax``), so memory is linear in the number of edges. ``forward_dense``, on the edge
+    blocks of a batch of one layout: node terms broadcast over the forward and reverse edges of
+    weight layer ``l``, and the softmax of a neuron of layer ``k`` is a dense softmax over its row
+    of forward block ``k - 1`` (its sources) and its column of reverse block ``k`` (the neurons it
+    feeds); nothing gathered or scattered.
     (`Kofinas et al., 2024 <https://arxiv.org/abs/2403.12143>`_.)
 
     Args:
-        hidden_dim: width ``d`` of node and edge features, a multiple of ``num_heads``.
-        num_heads: attention heads.
-        dropout: dropout probability on the attention weights and the updates.
+        hidden_dim (int): width ``d`` of node and edge features, a multiple of ``num_heads``.
+        num_heads (int, optional): attention heads. (default: ``4``)
+        dropout (float, optional): dropout probability on the attention weights and the updates. (default: ``0.0``)
 
     Shapes:
-        ``x`` ``[N, d]``, ``edge_index`` ``[2, 2E]`` (every edge and its opposite),
-        ``edge_attr`` ``[2E, d]``, ``reverse`` ``[2E]``, optional ``widths`` -> ``([N, d], [2E, d])``.
+        ``forward``: ``x`` ``[N, d]``, ``edge_index`` ``[2, 2E]`` (every edge and its opposite),
+        ``edge_attr`` ``[2E, d]``, ``reverse`` ``[2E]`` -> ``([N, d], [2E, d])``.
+        ``forward_dense``: ``nodes[k]`` ``[B, d_k, d]``, ``edges[l]`` ``[2, B, d_{l+1}, d_l, d]`` -> alike.
     """
 
-    context = ("reverse", "widths")
+    context = ("reverse",)
 
     def __init__(self, hidden_dim: int, num_heads: int = 4, dropout: float = 0.0):
         super().__init__()
@@ -73,16 +73,13 @@ class RelationalAttentionLayer(MetanetLayer):
         self.feedforward.reset_parameters()
         self.edge_mlp.reset_parameters()
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, reverse: Tensor,
-                widths: Optional[Sequence[int]] = None) -> tuple[Tensor, Tensor]:
-        """``edge_index`` holds every edge and its opposite; ``reverse[k]`` is the index of ``k``'s opposite;
-        ``widths`` (``GraphContext.widths``) selects the dense path."""
-        nodes = (self.query_node(x), self.key_node(x), self.value_node(x))
-        attended = (self.sparse_attention(nodes, edge_attr, edge_index) if widths is None
-                    else self.dense_attention(nodes, edge_attr, widths))
-        x = self.attention_residual(x, self.attention_out(attended))
-        x = self.feedforward(x)
-        return x, self.edge_mlp(x, edge_index, edge_attr, reverse, widths=widths)
+    def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, reverse: Tensor) -> tuple[Tensor, Tensor]:
+        """``edge_index`` holds every edge and its opposite; ``reverse[k]`` is the index of ``k``'s opposite."""
+        (src, dst), num_nodes = edge_index, x.shape[0]
+        score, value = self.messages(self.query_node(x)[dst], self.key_node(x)[src], self.value_node(x)[src], edge_attr)
+        weighted = self.weighted(softmax(score, dst, num_nodes=num_nodes), value).flatten(1)
+        x = self.node_update(x, scatter(weighted, dst, 0, num_nodes, "sum"))
+        return x, self.edge_mlp(x, edge_index, edge_attr, reverse)
 
     def messages(self, query: Tensor, key: Tensor, value: Tensor, edge_attr: Tensor) -> tuple[Tensor, Tensor]:
         """Scores ``[..., heads]`` and values ``[..., d]`` of edges ``edge_attr [..., d]`` from the node terms
@@ -97,23 +94,21 @@ class RelationalAttentionLayer(MetanetLayer):
         """``alpha [..., heads]`` (after dropout) times ``value [..., d]``, head by head -> ``[..., heads, d_h]``."""
         return self.attention_dropout(alpha).unsqueeze(-1) * value.unflatten(-1, (self.num_heads, -1))
 
-    def sparse_attention(self, nodes: tuple[Tensor, ...], edge_attr: Tensor, edge_index: Tensor) -> Tensor:
-        (src, dst), (query, key, value) = edge_index, nodes
-        num_nodes = query.shape[0]
-        score, value = self.messages(query[dst], key[src], value[src], edge_attr)
-        weighted = self.weighted(softmax(score, dst, num_nodes=num_nodes), value).flatten(1)
-        return scatter(weighted, dst, 0, num_nodes, "sum")
+    def node_update(self, x: Tensor, attended: Tensor) -> Tensor:
+        """``x''`` from ``x`` and its attended values (rows of any leading shape)."""
+        return self.feedforward(self.attention_residual(x, self.attention_out(attended)))
 
-    def dense_attention(self, nodes: tuple[Tensor, ...], edge_attr: Tensor, widths: Sequence[int]) -> Tensor:
-        check_dense_rows(self, nodes[0], edge_attr, widths, directions=2)
-        query, key, value = (node_blocks(term, widths) for term in nodes)
-        forward, backward = (edge_blocks(half, widths) for half in edge_attr.chunk(2))
-        # block l: forward edges j -> i (target i in layer l + 1, axis 1), reverse edges i -> j (target j, axis 2)
-        forward = [self.messages(query[l + 1][:, :, None], key[l][:, None], value[l][:, None], block)
-                   for l, block in enumerate(forward)]
-        backward = [self.messages(query[l][:, None], key[l + 1][:, :, None], value[l + 1][:, :, None], block)
-                    for l, block in enumerate(backward)]
-        L, attended = len(widths) - 1, []
+    def forward_dense(self, nodes: Sequence[Tensor], edges: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        """Attention over the blocks: in block ``l`` the forward edges ``j -> i`` have their target on axis 1,
+        the reverse edges ``i -> j`` on axis 2."""
+        x, widths = node_rows(nodes)
+        query, key, value = (term.split(widths, dim=1) for term in (self.query_node(x), self.key_node(x),
+                                                                    self.value_node(x)))
+        forward = [self.messages(query[l + 1][:, :, None], key[l][:, None], value[l][:, None], edge[0])
+                   for l, edge in enumerate(edges)]
+        backward = [self.messages(query[l][:, None], key[l + 1][:, :, None], value[l + 1][:, :, None], edge[1])
+                    for l, edge in enumerate(edges)]
+        L, attended = len(edges), []
         for k in range(L + 1):  # neuron k's edges: its row of forward block k - 1, its column of reverse block k
             scores = ([forward[k - 1][0]] if k > 0 else []) + ([backward[k][0].transpose(1, 2)] if k < L else [])
             alpha = torch.softmax(torch.cat(scores, 2), 2).split([score.shape[2] for score in scores], 2)
@@ -121,7 +116,8 @@ class RelationalAttentionLayer(MetanetLayer):
             if k < L:
                 total = total + self.weighted(alpha[-1].transpose(1, 2), backward[k][1]).sum(1)
             attended.append(total.flatten(-2))
-        return torch.cat(attended, 1).flatten(0, 1)
+        nodes = self.node_update(x, torch.cat(attended, dim=1)).split(widths, dim=1)
+        return list(nodes), self.edge_mlp.forward_dense(nodes, edges)
 
 
 @register_metanet("ng_t")

@@ -14,18 +14,19 @@ Every function below keeps that:
 * normalisation: an RMS norm without bias under the sign group (odd, so it commutes with
   ``-1``); none under the scale group (every norm of ``q v`` is ``q`` times that of ``v``).
 
-``scalegmn_b`` (``bidirectional=True``) also sends messages backward, from a neuron to its
-predecessors, over the encoder's reverse edges.
+``scalegmn_b`` also sends messages backward, from a neuron to its predecessors, over the
+encoder's reverse edges.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import ClassVar, Optional
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.utils import scatter
 
-from neuralgraph.graph.scaling import ACTIVATION_GROUPS, check_group, scaling_invariant
+from neuralgraph.graph import Activation
+from neuralgraph.graph.scaling import check_group, scaling_invariant
 from neuralgraph.nn.base import Metanet, MetanetLayer
 from neuralgraph.nn.registry import register_metanet
 from neuralgraph.nn.weight_features import check_activation
@@ -127,7 +128,8 @@ class ScaleGMNLayer(MetanetLayer):
             \chi([\kappa(e_{ij}), \kappa(h_j'), \kappa(h_i')]))\big)
 
     with :math:`\kappa` applied to each part of :math:`v_i` separately, :math:`m` a
-    :class:`ScaleMessage` and ``N`` an :class:`EquivariantNorm`.
+    :class:`ScaleMessage` and ``N`` an :class:`EquivariantNorm`. General path only
+    (``forward_dense`` is ``None``): a ScaleGMN runs on feature rows for every batch.
     """
 
     context = ("hidden", "node_layer")
@@ -184,34 +186,61 @@ class ScaleGMNLayer(MetanetLayer):
 @register_metanet("scalegmn")
 class ScaleGMN(Metanet):
     """ScaleGMN: :class:`ScaleGMNLayer` s on the parameter graph, equivariant to permutations and to
-    the scaling group ``scaling`` (``"sign"`` for SIRENs and tanh networks, ``"scale"`` for ReLU).
+    the scaling group of ``activation`` (the encoder option naming the activation of the networks
+    read, ``"sine"`` unless given): ``"sign"`` for sine and tanh, ``"scale"`` for ReLU.
 
-    ``scaling`` defaults to the group of ``activation`` (the encoder option naming the activation
-    of the networks read, ``"sine"`` unless given): ``"sign"`` for sine and tanh, ``"scale"`` for
-    ReLU. The encoder lifts hidden neurons' biases and every weight multiplicatively (see
-    :class:`~neuralgraph.nn.encoder.GraphEncoder`'s ``scaling``) and the heads must be built with
-    the same ``scaling``: :meth:`~neuralgraph.nn.base.Metanet.decoder` and ``readout`` build them so.
+    The group is a class attribute, ``scaling``: this class and :class:`ScaleGMNB` are the sign
+    variants, :class:`PositiveScaleGMN` and :class:`PositiveScaleGMNB` the scale variants, and
+    constructing a registered class returns the variant of ``activation``. ``scaling``, when given,
+    must be that group. The encoder lifts hidden neurons' biases and every weight multiplicatively
+    (see :class:`~neuralgraph.nn.encoder.GraphEncoder`'s ``scaling``) and the heads must be built
+    with the same group: :meth:`~neuralgraph.nn.base.Metanet.decoder` and ``readout`` build them so.
     """
 
-    def __init__(self, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0,
-                 scaling: Optional[str] = None, bidirectional: bool = False, **encoder_options):
+    scaling: ClassVar[str] = "sign"
+
+    def __new__(cls, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0,
+                scaling: Optional[str] = None, **encoder_options):
         activation = encoder_options.get("activation", "sine")
         check_activation(activation)
-        if scaling is None:
-            scaling = ACTIVATION_GROUPS[activation]
-        check_group(scaling)
-        if scaling != ACTIVATION_GROUPS[activation]:
-            raise ValueError(f"scaling={scaling!r} but activation={activation!r} has the group "
-                             f"{ACTIVATION_GROUPS[activation]!r}; pass the activation of the networks read")
-        self.scaling, self.uses_reverse_edges, self.bidirectional = scaling, bidirectional, bidirectional
+        variant = SCALE_VARIANTS.get(cls, cls) if Activation(activation).scaling == "scale" else cls
+        return super().__new__(variant)
+
+    def __init__(self, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0,
+                 scaling: Optional[str] = None, **encoder_options):
+        activation = encoder_options.get("activation", "sine")
+        group = Activation(activation).scaling
+        if scaling is not None:
+            check_group(scaling)
+            if scaling != group:
+                raise ValueError(f"scaling={scaling!r} but activation={activation!r} has the group "
+                                 f"{group!r}; pass the activation of the networks read")
+        if group != self.scaling:
+            raise ValueError(f"{type(self).__name__} is equivariant to the {self.scaling!r} group but "
+                             f"activation={activation!r} has {group!r}; build it by its registry name")
         super().__init__(hidden_dim, num_layers, dropout, **encoder_options)
-        self.layers.extend(ScaleGMNLayer(hidden_dim, scaling, bidirectional, dropout) for _ in range(num_layers))
+        self.layers.extend(ScaleGMNLayer(hidden_dim, self.scaling, self.uses_reverse_edges, dropout)
+                           for _ in range(num_layers))
 
 
 @register_metanet("scalegmn_b")
 class ScaleGMNB(ScaleGMN):
-    """ScaleGMN-B: :class:`ScaleGMN` with ``bidirectional=True`` (messages forward and backward)."""
+    """ScaleGMN-B: :class:`ScaleGMN` that also sends messages backward, over the encoder's reverse edges."""
 
-    def __init__(self, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0,
-                 scaling: Optional[str] = None, **encoder_options):
-        super().__init__(hidden_dim, num_layers, dropout, scaling, bidirectional=True, **encoder_options)
+    uses_reverse_edges = True
+
+
+class PositiveScaleGMN(ScaleGMN):
+    """:class:`ScaleGMN` for ReLU networks: equivariant to positive rescalings of hidden neurons."""
+
+    scaling = "scale"
+
+
+class PositiveScaleGMNB(ScaleGMNB):
+    """:class:`ScaleGMNB` for ReLU networks: equivariant to positive rescalings of hidden neurons."""
+
+    scaling = "scale"
+
+
+# the scale variant of each sign variant, which its constructor returns for a ReLU ``activation``
+SCALE_VARIANTS: dict[type[ScaleGMN], type[ScaleGMN]] = {ScaleGMN: PositiveScaleGMN, ScaleGMNB: PositiveScaleGMNB}

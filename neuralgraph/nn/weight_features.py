@@ -30,13 +30,13 @@ from typing import NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.data import Batch
 from torch_geometric.utils import scatter
 
-from neuralgraph.graph.core import Graph, GraphConversionError, common_layout, graph_to_mlp
+from neuralgraph.graph import Activation, Graph, GraphConversionError, Layout, common_layout
 from neuralgraph.graph.scaling import scaling_invariant
+from neuralgraph.nn.context import WeightBlocks, batch_mlps, node_graph_index
 
-ACTIVATIONS = ("sine", "tanh", "relu")
+ACTIVATIONS = (Activation.SINE.value, Activation.TANH.value, Activation.RELU.value)  # the ones _forward runs
 
 
 def check_activation(activation: str) -> None:
@@ -46,9 +46,9 @@ def check_activation(activation: str) -> None:
 
 def _forward(z: Tensor, activation: str, w0: float) -> tuple[Tensor, Tensor]:
     """``sigma(z)`` and ``sigma'(z)``."""
-    if activation == "sine":
+    if activation == Activation.SINE:
         return torch.sin(w0 * z), w0 * torch.cos(w0 * z)
-    if activation == "tanh":
+    if activation == Activation.TANH:
         a = torch.tanh(z)
         return a, 1 - a * a
     return torch.relu(z), (z > 0).to(z.dtype)
@@ -107,37 +107,33 @@ def _layer_offsets(layout: Sequence[int], device) -> Tensor:
     return torch.tensor([0, *layout], device=device).cumsum(0)[:-1]
 
 
-def _node_rows(graph: Graph) -> Tensor:
-    """For each node, its column in ``cat(per-layer [B, P, d_l])`` of its network."""
-    layout = common_layout(graph)
+def _node_rows(graph: Graph, layout: Layout) -> Tensor:
+    """For each node, its column in ``cat(per-layer [B, P, d_l])`` of its network of ``layout``."""
     return _layer_offsets(layout, graph.x.device)[graph.node_layer] + graph.node_index
 
 
-def _graph_index(graph: Graph) -> Tensor:
-    if isinstance(graph, Batch):
-        return graph.batch
-    return torch.zeros(graph.num_nodes, dtype=torch.long, device=graph.x.device)
-
-
-def _graph_trace(graph: Graph, points: Tensor, activation: str, w0: float) -> tuple[Tensor, Tensor]:
-    """Values and backprop signals of every node at the points: two ``[N, P]`` tensors."""
+def _graph_trace(graph: Graph, points: Tensor, activation: str, w0: float,
+                 blocks: Optional[WeightBlocks] = None) -> tuple[Tensor, Tensor]:
+    """Values and backprop signals of every node at the points: two ``[N, P]`` tensors. The networks are
+    the batch's ``blocks`` when it carries them, else decoded from ``graph``."""
     if graph.edge_attr.dim() != 2 or graph.edge_attr.shape[1] != 1:
         raise GraphConversionError(
             f"probe and gradient features need MLP graphs; edge_attr has {graph.edge_attr.shape[-1]} features per edge"
         )
-    weights, biases = graph_to_mlp(graph)
-    if weights[0].dim() == 2:
-        weights, biases = [w.unsqueeze(0) for w in weights], [b.unsqueeze(0) for b in biases]
+    weights, biases = batch_mlps(graph, blocks)
     trace = trace_mlp(weights, biases, points, activation, w0)
     values = torch.cat(trace.activations, dim=2)  # [B, P, N_per_graph]
     deltas = torch.cat(trace.deltas, dim=2)
-    rows, graphs = _node_rows(graph), _graph_index(graph)
+    layout = (weights[0].shape[2], *(w.shape[1] for w in weights))
+    rows, graphs = _node_rows(graph, layout), node_graph_index(graph)
     return values[graphs, :, rows], deltas[graphs, :, rows]
 
 
-def probe_features(graph: Graph, points: Tensor, activation: str = "sine", w0: float = 30.0) -> Tensor:
-    """``[N, P]``: each neuron's value ``a_l(x_p)`` at the probe points (inputs: the points)."""
-    return _graph_trace(graph, points, activation, w0)[0]
+def probe_features(graph: Graph, points: Tensor, activation: str = "sine", w0: float = 30.0,
+                   blocks: Optional[WeightBlocks] = None) -> Tensor:
+    """``[N, P]``: each neuron's value ``a_l(x_p)`` at the probe points (inputs: the points); ``blocks``: the
+    batch's weights, when it carries them."""
+    return _graph_trace(graph, points, activation, w0, blocks)[0]
 
 
 class GradientFeatures(NamedTuple):
@@ -268,15 +264,16 @@ class WeightFeatureLift(nn.Module):
             if module is not None:
                 module.reset_parameters()
 
-    def forward(self, graph: Graph) -> tuple[Optional[Tensor], Optional[Tensor]]:
-        """Terms to add to the node ``[N, d]`` and edge ``[E, d]`` features (``None``: no such feature)."""
+    def forward(self, graph: Graph, blocks: Optional[WeightBlocks] = None) -> tuple[Optional[Tensor], Optional[Tensor]]:
+        """Terms to add to the node ``[N, d]`` and edge ``[E, d]`` features (``None``: no such feature);
+        ``blocks``: the batch's weights, when it carries them (else they are decoded from ``graph``)."""
         node = edge = None
         if self.probe_points is not None:
-            node = self.probe_lift(probe_features(graph, self.probe_points(graph), self.activation, self.w0))
+            node = self.probe_lift(probe_features(graph, self.probe_points(graph), self.activation, self.w0, blocks))
         if self.gradient_points is not None:
-            values, deltas = _graph_trace(graph, self.gradient_points(graph), self.activation, self.w0)
+            values, deltas = _graph_trace(graph, self.gradient_points(graph), self.activation, self.w0, blocks)
             src, dst = graph.edge_index
-            graphs = _graph_index(graph)
+            graphs = node_graph_index(graph)
             num_layers = int(graph.node_layer.max()) + 1
             grads = _group_rms(deltas[dst] * values[src], graphs[dst] * num_layers + graph.edge_layer)
             deltas = _group_rms(deltas, graphs * num_layers + graph.node_layer)

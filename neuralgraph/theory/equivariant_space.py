@@ -21,9 +21,10 @@ exactly when the family is the full space of equivariant linear layers; :class:`
 that span batch by batch without refactorising what it already holds.
 
 Costs: :func:`commutant_dimension` diagonalises an ``[n^2, n^2]`` symmetric matrix (``n`` the
-weight-space dimension): 0.06 s per group at ``n = 25``, ``O(n^6)`` time and ``O(n^4)`` memory
-(each ``[n^2, n^2]`` float64 matrix is 160 MB at ``n = 67``); :func:`orbit_count` is a
-union-find over ``n^2`` pairs (10 ms at ``n = 25`` or ``67``).
+weight-space dimension): ``O(n^6)`` time and ``O(n^4)`` memory (each ``[n^2, n^2]`` float64
+matrix is 160 MB at ``n = 67``); :func:`orbit_count` is a union-find over ``n^2`` pairs, which
+is why the report takes the orbit count and cross-checks by linear algebra only for small ``n``
+(docs/benchmarks.md, "neuralgraph expressivity-report", has the times).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
-from neuralgraph.graph.core import Layout
+from neuralgraph.graph import Layout
 from neuralgraph.graph.permutation import permute_mlp
 
 GROUPS = ("hidden", "np")

@@ -36,7 +36,8 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from neuralgraph.graph.core import Layout, _check_blocks
+from neuralgraph.graph import Layout
+from neuralgraph.graph.build import _check_blocks
 from neuralgraph.theory.scaling import canonical_scaling
 
 SEPARATORS = ("bias", "incoming_row", "outgoing_column", "incoming_row_norm", "outgoing_column_norm")

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch
 
-from neuralgraph.graph.core import Graph, ParameterGraph
+from neuralgraph.graph import Graph, ParameterGraph
 
 
 def _relabel(signatures: list) -> list[int]:

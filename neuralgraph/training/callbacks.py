@@ -16,8 +16,8 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from neuralgraph.data.inr_dataset import InrBatch
-from neuralgraph.graph import graph_to_mlp
 from neuralgraph.inr import render
+from neuralgraph.nn.context import batch_mlps
 from neuralgraph.training.visualize import save_editing_grid
 
 
@@ -63,7 +63,7 @@ class EditingGrid(Callback):
     def _keep(self, trainer: L.Trainer, stage: str, outputs: Any, batch: InrBatch, batch_idx: int,
               dataloader_idx: int) -> None:
         if batch_idx == 0 and dataloader_idx == 0 and trainer.is_global_zero and not trainer.sanity_checking:
-            weights, biases = graph_to_mlp(batch.graph)
+            weights, biases = batch_mlps(batch.graph, batch.blocks)
             inputs = render([w[:self.rows] for w in weights], [b[:self.rows] for b in biases],
                             tuple(batch.image.shape[-2:]), trainer.lightning_module.siren_convention)
             grid = {"inputs": inputs} | {key: outputs[key][:self.rows] for key in ("prediction", "members", "target")}

@@ -15,10 +15,12 @@ class CnnZooDataModule(IndexBatchDataModule):
     """Zoo entries (network x checkpoint) as parameter graphs with their test accuracy.
 
     Args:
-        root: zoo folder made by ``neuralgraph make-cnn-zoo`` (a missing one is an error that
-            names the command: training a zoo takes minutes, it is never started implicitly).
+        root: zoo folder made by ``neuralgraph make-cnn-zoo`` or ``neuralgraph import-dataset
+            small-cnn-zoo`` (a missing one is an error that names the command: training a zoo
+            takes minutes, it is never started implicitly).
         batch_size, num_workers: DataLoader settings.
-        split_seed: seed of the network-level train/val/test split.
+        split_seed: seed of the network-level train/val/test split of a ``make-cnn-zoo`` folder
+            (an imported zoo keeps its source's split).
         seed: seed of the per-epoch shuffling.
     """
 

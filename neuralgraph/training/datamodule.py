@@ -43,13 +43,13 @@ class EpochSeededSampler(Sampler[int]):
 
 
 def split_ready(root: Path, split: str) -> bool:
-    """Whether ``root`` holds a complete ``split`` (made by ``make-inrs``, with any limit)."""
-    from neuralgraph.data.generate import read_manifest
-    from neuralgraph.data.shards import MANIFEST
+    """Whether ``root`` holds a complete ``split`` (made by ``make-inrs`` with any limit, or imported)."""
+    from neuralgraph.data.generate import INR_FOLDER
+    from neuralgraph.data.shards import MANIFEST, read_manifest
 
     if not (root / MANIFEST).exists():
         return False
-    entry = read_manifest(root)["splits"].get(split)
+    entry = read_manifest(root, INR_FOLDER)["splits"].get(split)
     return entry is not None and sum(s["count"] for s in entry["shards"]) == entry["count"]
 
 
@@ -77,7 +77,8 @@ class MnistInrDataModule(IndexBatchDataModule):
     """MNIST INRs (SIREN 2-32-32-1) with images and labels, for every task of the package.
 
     Args:
-        root: dataset folder (shards + manifest). A split that is missing or unfinished is
+        root: dataset folder (shards + manifest). A folder written by ``import-dataset`` is used
+            as it is (its source's convention and splits). A split that is missing or unfinished is
             fitted on first use by the ``make-inrs`` machinery (a message and a progress bar say
             so), with ``limit_<split>`` INRs (all when None); a complete split is used as it is.
         source: ``"full"`` MNIST (``NEURALGRAPH_MNIST``, the user cache, or a verified download)
@@ -117,17 +118,23 @@ class MnistInrDataModule(IndexBatchDataModule):
         return getattr(self.hparams, f"limit_{split}")
 
     def prepare_data(self) -> None:
-        from neuralgraph.data.generate import GenerationSettings, make_inrs, read_manifest
-        from neuralgraph.data.shards import MANIFEST, check_settings
+        from neuralgraph.data.generate import INR_FOLDER, GenerationSettings, make_inrs
+        from neuralgraph.data.shards import MANIFEST, check_settings, read_manifest
         from neuralgraph.inr import DEFAULT_PRESET
 
         root = Path(self.hparams.root)
+        if (root / MANIFEST).exists() and "imported" in read_manifest(root, INR_FOLDER):
+            missing = [split for split in SPLITS if not split_ready(root, split)]
+            if missing:
+                raise ValueError(f"{root}: an imported INR set without a complete {', '.join(missing)} split (rerun "
+                                 "its import-dataset command; for dws-inrs give the split file with --splits)")
+            return
         settings = GenerationSettings.from_preset(self.hparams.preset or DEFAULT_PRESET, source=self.hparams.source)
         for split in SPLITS:
             limit = self.limit(split)
             if split_ready(root, split) and self.hparams.preset is not None:
                 recipe = {"convention": settings.convention.to_dict(), "fit": settings.fit_dict()}
-                check_settings(read_manifest(root), recipe, root / MANIFEST)
+                check_settings(read_manifest(root, INR_FOLDER), recipe, root / MANIFEST)
             elif not split_ready(root, split):
                 print(f"MNIST-INR split {split!r} ({limit or 'all'} INRs, {self.hparams.source} MNIST) is not in {root} "
                       "yet: fitting the SIRENs now (once; later runs reuse them)")

@@ -1,14 +1,16 @@
-"""One LightningModule per setting of the 2026 paper, all on a metanetwork from the registry.
+"""The tasks: one LightningModule each, on a metanetwork from the registry (:data:`~neuralgraph.nn.METANETS`).
 
-=====================================  ==============================  ==========================
-setting                                task                            head
-=====================================  ==============================  ==========================
-function-space operator                :class:`InrEditing`             ``WeightDecoder(k)`` (OCE)
-function-space functional              :class:`InrClassification`      ``InvariantReadout``
-function-space functional (CNN zoo)    :class:`GeneralizationPrediction` ``InvariantReadout``
-permutation-invariant functional       :class:`WeightStatisticRegression` ``InvariantReadout``
-permutation-equivariant operator       :class:`EquivariantWeightPrediction` per-edge linear
-=====================================  ==============================  ==========================
+Five tasks in the four settings of the 2026 paper; the function-space functional has two.
+
+=====================================  =======================================  ==========================
+setting                                task                                     head
+=====================================  =======================================  ==========================
+function-space operator                :class:`InrEditing`                      ``WeightDecoder(k)`` (OCE)
+function-space functional              :class:`InrClassification`               ``InvariantReadout``
+function-space functional (CNN zoo)    :class:`GeneralizationPrediction`        ``InvariantReadout``
+permutation-invariant functional       :class:`WeightStatisticRegression`       ``InvariantReadout``
+permutation-equivariant operator       :class:`EquivariantWeightPrediction`     per-edge linear
+=====================================  =======================================  ==========================
 
 The task never calls into the data: a batch (:class:`~neuralgraph.data.inr_dataset.InrBatch`)
 goes encoder -> layers -> head -> loss, with the target derived from the batch in the loss.
@@ -29,12 +31,13 @@ import torch
 import torchmetrics
 from torch import Tensor, nn
 
-from neuralgraph.graph import GraphSpec, graph_to_mlp
+from neuralgraph.graph import GraphSpec
 from neuralgraph.graph.scaling import scaling_invariant
 from neuralgraph.inr import DWS_MNIST, SirenConvention, full_precision, render
 from neuralgraph.morphology import EDITS
 from neuralgraph.nn import build_metanet, match_budget
 from neuralgraph.nn.budget import WIDTH_MULTIPLE, count_trainable
+from neuralgraph.nn.context import GraphContext, WeightBlocks, batch_mlps, node_graph_index
 from neuralgraph.nn.heads import MEMBERS
 from neuralgraph.data.inr_dataset import InrBatch
 from neuralgraph.training.callbacks import EditingGrid, InputStatistics
@@ -50,8 +53,10 @@ def check_checkpoint(checkpoint: Any, task: Optional[str], hparams: Mapping[str,
 
     The checkpoint must have been written by a neuralgraph task, of class ``task`` (any when
     None), with the same value of every constructor argument in ``hparams`` that it also
-    stores, the optimiser's (:data:`OPTIMIZATION_ARGUMENTS`) excepted. The one check for the
-    CLI (before anything is built), ``load_from_checkpoint`` and resumed fits.
+    stores, the optimiser's (:data:`OPTIMIZATION_ARGUMENTS`) excepted. A ``metanet_config`` without
+    ``hidden_dim`` beside a ``reference_hidden_dim`` leaves the width to budget matching, and the
+    checkpoint's stored result stands. The one check for the CLI (before anything is built),
+    ``load_from_checkpoint`` and resumed fits.
     """
     saved = checkpoint.get("neuralgraph_task") if isinstance(checkpoint, dict) else None
     if saved is None:
@@ -59,6 +64,9 @@ def check_checkpoint(checkpoint: Any, task: Optional[str], hparams: Mapping[str,
     if task is not None and task != saved["task"]:
         raise ValueError(f"{source}: holds a {saved['task']} checkpoint, but the configuration builds {task}")
     stored = checkpoint.get("hyper_parameters", {})
+    config, matched = hparams.get("metanet_config") or {}, stored.get("metanet_config") or {}
+    if hparams.get("reference_hidden_dim") is not None and "hidden_dim" not in config and "hidden_dim" in matched:
+        hparams = {**hparams, "metanet_config": {**config, "hidden_dim": matched["hidden_dim"]}}
     for key in sorted((stored.keys() & hparams.keys()) - OPTIMIZATION_ARGUMENTS):
         if key == "spec":  # linked from the data after parsing (None until then, and in older checkpoints)
             _check_spec(stored[key], hparams[key], source)
@@ -95,8 +103,8 @@ class MetanetTask(L.LightningModule):
             (:class:`~neuralgraph.training.callbacks.InputStatistics`).
         compile: compile each message-passing layer with ``torch.compile`` (inductor), in place, so
             state-dict keys and checkpoints are unchanged; fuses the element-wise passes over edge
-            rows. The first steps pay the compilation (20-50 s per architecture on CPU) and a
-            batch of a new size recompiles once (docs/training.md says when it pays).
+            rows. The first steps pay the compilation and a batch of a new size recompiles once
+            (docs/training.md says when it pays; docs/benchmarks.md has the times).
     """
 
     def __init__(
@@ -134,6 +142,13 @@ class MetanetTask(L.LightningModule):
 
     def metrics(self, stage: str):
         return getattr(self, f"{stage}_metrics")
+
+    def features(self, graph, blocks: Optional[WeightBlocks] = None) -> tuple[Tensor, Tensor, GraphContext]:
+        """The metanetwork's node and edge features of ``graph`` and the graph context they were computed
+        with, built once (from the batch's ``blocks`` when it carries them) and handed on to the head."""
+        context = self.metanet.context(graph, blocks)
+        node, edge = self.metanet(graph, context)
+        return node, edge, context
 
     # -- subclasses -------------------------------------------------------------------------
     def loss_and_outputs(self, batch: InrBatch) -> tuple[Tensor, dict[str, Tensor]]:
@@ -232,22 +247,32 @@ class InrEditing(EpochMetricTask):
     Args:
         k: number of output networks (Output Capacity Expansion; 1 = the usual single output).
         edit: name in :data:`neuralgraph.morphology.EDITS`.
-        match_budget: shrink ``hidden_dim`` so that metanet + decoder(k) have no more trainable
-            parameters than the given config with ``k = 1`` (both counts are logged).
+        reference_hidden_dim: budget matching: the width of the reference model, ``metanet_config``
+            at this ``hidden_dim`` with ``k = 1``. When ``metanet_config`` gives no ``hidden_dim``, the
+            metanetwork gets the largest width at which metanet + decoder(k) have no more trainable
+            parameters than the reference (:func:`~neuralgraph.nn.match_budget`; both counts are
+            printed; at ``k = 1`` the reference width itself), and that width is written into the
+            stored ``metanet_config``, so a checkpoint loads at it without searching again.
         budget_width_multiple: budget matching's ``width_multiple`` (:func:`~neuralgraph.nn.match_budget`):
             matched widths are multiples of 8 where the budget allows; 1 gives the exact match, the
             width of checkpoints written before matched widths were aligned.
         decoder_members: the decoder's ``members`` (:class:`~neuralgraph.nn.heads.WeightDecoder`):
             ``"independent"`` (OCE), ``"coupled"`` (one network of width ``k h``, rendered as is) or
             ``"tied"`` (``k`` identical members); budget matching counts that decoder.
+        match_budget: what checkpoints written before ``reference_hidden_dim`` store instead: true
+            means ``metanet_config``'s ``hidden_dim`` is the reference, matched again at every load.
     """
 
-    def __init__(self, *args, k: int = 1, edit: str = "dilation", match_budget: bool = False,
-                 decoder_members: str = "independent", budget_width_multiple: int = WIDTH_MULTIPLE, **kwargs):
+    def __init__(self, *args, k: int = 1, edit: str = "dilation", reference_hidden_dim: Optional[int] = None,
+                 decoder_members: str = "independent", budget_width_multiple: int = WIDTH_MULTIPLE,
+                 match_budget: bool = False, **kwargs):
         if edit not in EDITS:
             raise ValueError(f"edit={edit!r}: choose one of {sorted(EDITS)}")
         if decoder_members not in MEMBERS:
             raise ValueError(f"InrEditing decoder_members={decoder_members!r}: choose one of {', '.join(MEMBERS)}")
+        if match_budget and reference_hidden_dim is not None:
+            raise ValueError(f"InrEditing reference_hidden_dim={reference_hidden_dim} with match_budget=True: "
+                             "give reference_hidden_dim alone")
         super().__init__(*args, **kwargs)
         self.decoder = self.metanet.decoder(self.hparams.k, members=decoder_members)
         self.edit = EDITS[edit]
@@ -257,19 +282,31 @@ class InrEditing(EpochMetricTask):
         }, prefix=f"{stage}/"))
 
     def metanet_config_resolved(self) -> dict[str, Any]:
+        """``metanet_config`` with the budget-matched ``hidden_dim``, which the hyperparameters then store."""
         config = super().metanet_config_resolved()
-        k = self.hparams.k
-        if not self.hparams.match_budget or k == 1:
+        hp = self.hparams
+        if hp.match_budget:  # a checkpoint written before reference_hidden_dim: hidden_dim is the reference
+            return config if hp.k == 1 else self.matched(config)
+        if hp.reference_hidden_dim is None or "hidden_dim" in config:
             return config
-        matched = match_budget(self.hparams.metanet, config, k, members=self.hparams.decoder_members,
-                               width_multiple=self.hparams.budget_width_multiple, spec=self.graph_spec)
-        print(f"budget match: {self.hparams.metanet} k={k} ({self.hparams.decoder_members} members) "
-              f"hidden_dim={matched.config['hidden_dim']} ({matched.params:,} parameters) vs k=1 hidden_dim={config.get('hidden_dim')} "
-              f"({matched.reference_params:,} parameters)")
+        reference = {**config, "hidden_dim": hp.reference_hidden_dim}
+        config = reference if hp.k == 1 else self.matched(reference)
+        hp.metanet_config = config
+        return config
+
+    def matched(self, reference: dict[str, Any]) -> dict[str, Any]:
+        """The config ``reference`` at the largest width whose metanet + decoder(k) fit its k = 1 budget."""
+        hp = self.hparams
+        matched = match_budget(hp.metanet, reference, hp.k, members=hp.decoder_members,
+                               width_multiple=hp.budget_width_multiple, spec=self.graph_spec)
+        print(f"budget match: {hp.metanet} k={hp.k} ({hp.decoder_members} members) "
+              f"hidden_dim={matched.config['hidden_dim']} ({matched.params:,} parameters) vs k=1 "
+              f"hidden_dim={reference.get('hidden_dim')} ({matched.reference_params:,} parameters)")
         return matched.config
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """A one-line error naming ``budget_width_multiple`` when the checkpoint's width is another budget match."""
+        """A one-line error naming ``budget_width_multiple`` when a ``match_budget`` checkpoint, whose width is
+        matched again at load, was matched to another width."""
         check_checkpoint(checkpoint, type(self).__name__, self.hparams, "checkpoint")
         stored = checkpoint.get("state_dict", {}).get("decoder.edge_head.0.weight")  # [hidden_dim, hidden_dim]
         width = self.metanet.hidden_dim
@@ -281,21 +318,25 @@ class InrEditing(EpochMetricTask):
                 f"checkpoint's (1 for checkpoints written before matched widths were aligned to 8)")
         super().on_load_checkpoint(checkpoint)
 
-    def edited_networks(self, graph) -> tuple[list[Tensor], list[Tensor]]:
+    def edited_networks(self, graph, blocks: Optional[WeightBlocks] = None) -> tuple[list[Tensor], list[Tensor]]:
         """The output INRs per input graph: weights ``[B, k, d_out, d_in]``, biases ``[B, k, d_out]``
-        (one network of hidden width ``k h`` with ``decoder_members="coupled"``).
+        (one network of hidden width ``k h`` with ``decoder_members="coupled"``); ``blocks``: the batch's
+        weights, when it carries them.
 
         Under autocast (``--trainer.precision bf16-mixed``) the metanetwork runs in bfloat16 but the
         decoder in float32: its deltas are added to the input weights, whose precision they keep."""
-        node, edge = self.metanet(graph)
+        node, edge, context = self.features(graph, blocks)
         device = node.device.type
         if not torch.is_autocast_enabled(device):
-            return self.decoder(graph, node, edge)
+            return self.decoder(graph, node, edge, context)
         with torch.autocast(device, enabled=False):
-            return self.decoder(graph, full_precision(node), full_precision(edge))
+            return self.decoder(graph, full_precision(node), full_precision(edge), context)
 
     def loss_and_outputs(self, batch):
-        weights, biases = self.edited_networks(batch.graph)
+        if batch.image is None:
+            raise ValueError("InrEditing: the INR set has no images (imported with --images none); editing needs the "
+                             "digits: import it again with --images full")
+        weights, biases = self.edited_networks(batch.graph, batch.blocks)
         B, k = weights[0].shape[:2]
         size = batch.image.shape[-2:]
         members = render([w.flatten(0, 1) for w in weights], [b.flatten(0, 1) for b in biases], tuple(size),
@@ -327,8 +368,8 @@ class InrClassification(MetanetTask):
         self.add_metrics(lambda stage: torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro"))
 
     def loss_and_outputs(self, batch):
-        node, edge = self.metanet(batch.graph)
-        logits = self.readout(batch.graph, node, edge)
+        node, edge, context = self.features(batch.graph, batch.blocks)
+        logits = self.readout(batch.graph, node, edge, context)
         return nn.functional.cross_entropy(logits, batch.label), {"logits": logits}
 
     def update_metrics(self, stage, outputs, batch):
@@ -336,9 +377,10 @@ class InrClassification(MetanetTask):
         self.log(f"{stage}/accuracy", self.metrics(stage), on_epoch=True, on_step=False, batch_size=batch.size)
 
 
-def layer_norms(graph) -> Tensor:
-    """Per-layer L2 norm of each network's weight matrix, ``[B, L]``."""
-    weights, _ = graph_to_mlp(graph)
+def layer_norms(graph, blocks: Optional[WeightBlocks] = None) -> Tensor:
+    """Per-layer L2 norm of each network's weight matrix, ``[B, L]``; ``blocks``: the batch's weights, when it
+    carries them (else they are decoded from ``graph``)."""
+    weights, _ = batch_mlps(graph, blocks)
     return torch.stack([w.flatten(1).norm(dim=1) for w in weights], dim=1)
 
 
@@ -355,9 +397,9 @@ class WeightStatisticRegression(MetanetTask):
         self.add_metrics(lambda stage: torchmetrics.R2Score(num_weight_layers))
 
     def loss_and_outputs(self, batch):
-        node, edge = self.metanet(batch.graph)
-        prediction = self.readout(batch.graph, node, edge)
-        target = layer_norms(batch.graph)
+        node, edge, context = self.features(batch.graph, batch.blocks)
+        prediction = self.readout(batch.graph, node, edge, context)
+        target = layer_norms(batch.graph, batch.blocks)
         if prediction.shape != target.shape:
             raise ValueError(f"num_weight_layers={prediction.shape[1]} but the data has {target.shape[1]} weight layers")
         return nn.functional.mse_loss(prediction, target), {"prediction": prediction, "target": target}
@@ -382,8 +424,8 @@ class GeneralizationPrediction(EpochMetricTask):
             "kendall_tau": torchmetrics.KendallRankCorrCoef(), "r2": torchmetrics.R2Score()}, prefix=f"{stage}/"))
 
     def loss_and_outputs(self, batch):
-        node, edge = self.metanet(batch.graph)
-        prediction = self.readout(batch.graph, node, edge).squeeze(-1)
+        node, edge, context = self.features(batch.graph, batch.blocks)
+        prediction = self.readout(batch.graph, node, edge, context).squeeze(-1)
         return nn.functional.mse_loss(prediction, batch.accuracy), {"prediction": prediction}
 
     def update_metrics(self, stage, outputs, batch):
@@ -397,8 +439,7 @@ def magnitude_prune_mask(graph, sparsity: float) -> Tensor:
     ties are resolved by a stable sort of the edge order (measure zero for real weights).
     """
     magnitude = graph.edge_attr[:, 0].abs()
-    batch = getattr(graph, "batch", None)
-    graph_of_edge = batch[graph.edge_index[1]] if batch is not None else torch.zeros_like(graph.edge_layer)
+    graph_of_edge = node_graph_index(graph)[graph.edge_index[1]]
     group = graph_of_edge * (int(graph.edge_layer.max()) + 1) + graph.edge_layer
     # rank of |w| within its (network, layer) group: sort by magnitude, then stably by group
     order = torch.argsort(magnitude, descending=True, stable=True)
@@ -428,7 +469,7 @@ class EquivariantWeightPrediction(MetanetTask):
         self.add_metrics(lambda stage: torchmetrics.classification.BinaryAccuracy())
 
     def loss_and_outputs(self, batch):
-        node, edge = self.metanet(batch.graph)
+        node, edge, _ = self.features(batch.graph, batch.blocks)
         if self.metanet.scaling == "sign":
             edge = scaling_invariant(edge, "sign")
         logits = self.edge_head(edge).squeeze(-1)

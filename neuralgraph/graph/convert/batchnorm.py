@@ -1,15 +1,14 @@
-"""Converters for layers beyond Linear and Conv2d, on top of :mod:`neuralgraph.graph.modules`.
+"""BatchNorm is folded into the layer before it, not represented in the graph.
 
-**BatchNorm is folded, not represented.** At inference a ``BatchNorm`` after a convolution (or a
-``Linear``) is
-an affine map per output channel, ``y = gamma (conv(x) - mu) / sqrt(var + eps) + beta``, so it
-is absorbed into the convolution: ``W' = W gamma / sqrt(var + eps)`` (per output channel) and
+At inference a ``BatchNorm`` after a convolution (or a ``Linear``) is an affine map per output
+channel, ``y = gamma (conv(x) - mu) / sqrt(var + eps) + beta``, so it is absorbed into the
+convolution: ``W' = W gamma / sqrt(var + eps)`` (per output channel) and
 ``b' = (b - mu) gamma / sqrt(var + eps) + beta``. :func:`fold_batchnorm` traces the module with
 ``torch.fx.symbolic_trace``, replaces each such pair by ``torch.nn.utils.fuse_conv_bn_eval`` (or
 ``fuse_linear_bn_eval``) and returns a module of plain convolutions whose parameter graph
-``module_to_graph`` reads; the folded module computes the original's eval-mode
-output up to float rounding. The running statistics are not node features: a graph of the folded
-network is the graph of the function the network computes at inference.
+``module_to_graph`` reads; the folded module computes the original's eval-mode output up to float
+rounding. The running statistics are not node features: a graph of the folded network is the
+graph of the function the network computes at inference.
 """
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ import copy
 from torch import fx, nn
 from torch.nn.utils import fuse_conv_bn_eval, fuse_linear_bn_eval
 
-from neuralgraph.graph.core import GraphConversionError
+from neuralgraph.graph.schema import GraphConversionError
 
 _NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 _FOLDS = {(nn.Conv1d, nn.BatchNorm1d): fuse_conv_bn_eval, (nn.Conv2d, nn.BatchNorm2d): fuse_conv_bn_eval,

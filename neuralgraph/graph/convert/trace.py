@@ -1,0 +1,390 @@
+"""Reading a module's data flow: the ``torch.fx`` walk behind ``module_to_graph`` and ``graph_to_module``.
+
+``torch.fx`` traces ``forward`` (layers with a converter stay single calls) and the traced graph
+is run once on a probe input on the ``meta`` device, which gives every node's shape without
+computing anything. The walk then follows the chain from the input to the output: every node
+that carries data reads the chain's latest value, and each is either claimed by a converter (a
+parametric layer, which becomes edges into a new node layer) or parameter-free, which becomes an
+entry of ``graph.architecture``: an :class:`~neuralgraph.graph.schema.Activation` (recorded as
+the ``activation`` of the current node layer's neurons, at most one per layer), or pooling,
+flatten, dropout, a scaling, which record nothing else.
+
+**Residual connections.** An add of the chain's value (node layer ``b``) and an earlier value
+of the same shape (node layer ``a < b``, channels on dimension 1, no step between the fork and
+the add) is a skip: identity edges from neuron ``j`` of layer ``a`` to neuron ``j`` of layer
+``b`` (``edge_kind`` 1, ``edge_layer = b - 1``, features ``[1, 0, ..., 0]``), as Neural Graphs
+(Kofinas et al., 2024) represent residual connections; an activation after the add is layer
+``b``'s. So ``relu(bn2(conv2(h)) + x)`` of a ResNet block converts after
+:func:`~neuralgraph.graph.convert.batchnorm.fold_batchnorm`. A *projection shortcut*, a converted
+layer (a strided 1x1 convolution with its folded BatchNorm) whose only user is the add, reading a
+value the main path is computed from, becomes shortcut edges (``edge_kind`` 2) between every pair
+of neurons of layers ``a`` and ``b`` holding its kernel.
+
+Everything else raises :class:`~neuralgraph.graph.schema.GraphConversionError` naming the node:
+a merge other than such an add (concatenation, product, unequal shapes, a shortcut path with a
+step other than one layer), a branch, a second activation in one layer, a step that is neither an
+activation nor structural (softmax, normalisation), a shape chain that does not run, a layer
+called twice, a parameter read outside a converted layer. The node lookup is in one place
+(``_Walk.claim``), where converters for more node kinds plug in.
+"""
+from __future__ import annotations
+
+import copy
+import operator
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor, fx, nn
+
+from neuralgraph.graph.convert.registry import LayerConverter, converter_for
+from neuralgraph.graph.schema import Activation, GraphConversionError
+
+PROBE_BATCH = 2  # samples in a probe input built from the first layer
+
+
+class _Tracer(fx.Tracer):
+    """Keeps every layer with a converter as one ``call_module`` node (``torch.nn`` layers are leaves anyway)."""
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return converter_for(m) is not None or super().is_leaf_module(m, qualname)
+
+
+class _NodeFailure(Exception):
+    def __init__(self, node: fx.Node, error: Exception, input_shapes: list[tuple[int, ...]]):
+        super().__init__(str(error))
+        self.node, self.error, self.input_shapes = node, error, input_shapes
+
+
+class _Recorder(fx.Interpreter):
+    """Runs a traced module, keeping every node's value; a failure names its node."""
+
+    def __init__(self, module: fx.GraphModule):
+        super().__init__(module)
+        self.values: dict[fx.Node, object] = {}
+
+    def run_node(self, node: fx.Node):
+        try:
+            value = super().run_node(node)
+        except Exception as err:  # any failure of user code: reported with the node it happened in
+            shapes = [tuple(self.env[i].shape) for i in node.all_input_nodes if isinstance(self.env.get(i), Tensor)]
+            raise _NodeFailure(node, err, shapes) from err
+        self.values[node] = value
+        return value
+
+
+@dataclass(frozen=True)
+class Chain:
+    """What the walk found: parametric layers (qualified names) in data-flow order, the
+    architecture entries of every step, the residual skips ``(a, b)`` between node layers, the
+    projection shortcuts, the activation of each node layer and the shape and dtype of the probe input."""
+
+    layers: tuple[tuple[str, LayerConverter], ...]
+    architecture: tuple[str, ...]
+    skips: tuple[tuple[int, int], ...]
+    shortcuts: tuple[tuple[str, LayerConverter, int, int], ...]  # (layer, converter, a, b)
+    activations: tuple[Activation, ...]
+    probe_shape: tuple[int, ...]
+    probe_dtype: torch.dtype
+
+
+_ACTIVATION_MODULES = {nn.ReLU: Activation.RELU, nn.Tanh: Activation.TANH, nn.Sigmoid: Activation.SIGMOID,
+                       nn.GELU: Activation.GELU, nn.SiLU: Activation.SILU, nn.LeakyReLU: Activation.LEAKY_RELU,
+                       nn.ELU: Activation.ELU, nn.Softplus: Activation.SOFTPLUS}
+# torch functions and tensor methods (torch.tanh, F.relu, x.sin()) carry their activation's name, sine's as "sin"
+_ACTIVATION_CALLS = {**{a.value: a for a in Activation if a is not Activation.SINE}, "sin": Activation.SINE}
+# parameter-free steps that act on every neuron alike or only on the spatial axes: no activation
+_STRUCTURAL_MODULES = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d,
+                       nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d,
+                       nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d,
+                       nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout,
+                       nn.Flatten, nn.Unflatten, nn.Identity)
+# no converter on purpose: fold_batchnorm (convert/batchnorm.py) folds them into the layer before them
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
+                nn.LazyBatchNorm1d, nn.LazyBatchNorm2d, nn.LazyBatchNorm3d)
+_STRUCTURAL_CALLS = {"flatten", "view", "reshape", "contiguous", "mean", "dropout", "mul", "truediv", "add", "sub",
+                     "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d", "max_pool2d", "max_pool3d",
+                     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
+                     "adaptive_max_pool2d", "adaptive_max_pool3d"}
+_ADDS = {operator.add, torch.add, "add"}
+
+
+def _depends_on(node: fx.Node, ancestor: fx.Node) -> bool:
+    """Whether ``node``'s value is computed from ``ancestor``'s."""
+    seen, todo = set(), [node]
+    while todo:
+        current = todo.pop()
+        if current is ancestor:
+            return True
+        if current not in seen:
+            seen.add(current)
+            todo.extend(current.all_input_nodes)
+    return False
+
+
+class _Name:
+    """An fx node shown by name in an architecture entry (the chain's own value as ``x``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class _Walk:
+    """Follows the data flow of ``module`` from its input to its output (see the module docstring)."""
+
+    def __init__(self, module: nn.Module, example_input: Optional[Tensor]):
+        self.module = module
+        try:
+            graph = _Tracer().trace(module)
+        except Exception as err:  # fx raises TraceError, TypeError, NotImplementedError, ...
+            raise GraphConversionError(f"{type(module).__name__}: torch.fx cannot trace forward ({err})") from err
+        # a meta copy: the probe run allocates no data and leaves the module's own state untouched
+        self.gm = copy.deepcopy(fx.GraphModule(module, graph)).to("meta").eval()
+        self.values = self._probe(example_input)
+
+    def label(self, node: fx.Node) -> str:
+        if node.op == "call_module":
+            return f"layer {node.target!r} ({type(self.gm.get_submodule(node.target)).__name__})"
+        return f"node {node.name!r}"
+
+    def claim(self, node: fx.Node) -> Optional[LayerConverter]:
+        """The converter that turns ``node`` into graph edges, or None for a parameter-free step."""
+        if node.op == "call_module":
+            return converter_for(self.gm.get_submodule(node.target))
+        return None
+
+    def activation(self, node: fx.Node) -> Optional[Activation]:
+        """The :class:`Activation` of a parameter-free step, or None for a structural one
+        (pooling, flatten, dropout, a scaling); any other step raises."""
+        if node.op == "call_module":
+            sub = self.gm.get_submodule(node.target)
+            name = next((n for cls, n in _ACTIVATION_MODULES.items() if isinstance(sub, cls)), None)
+            structural = isinstance(sub, _STRUCTURAL_MODULES)
+        else:
+            name = node.target if node.op == "call_method" else getattr(node.target, "__name__", str(node.target))
+            name = name.rstrip("_")  # in-place variants: relu_, mul_
+            structural = name in _STRUCTURAL_CALLS
+            name = _ACTIVATION_CALLS.get(name)
+        if name is None and not structural:
+            raise GraphConversionError(
+                f"{self.label(node)} is neither an activation of {Activation.names()} nor a pooling, flatten, dropout or "
+                "scaling step, so graph.activation cannot record it"
+            )
+        return name
+
+    def _probe(self, example_input: Optional[Tensor]) -> dict[fx.Node, object]:
+        """Every node's value on the probe input (meta tensors): the first shape that runs through."""
+        if example_input is not None:
+            if not isinstance(example_input, Tensor):
+                raise GraphConversionError(f"example_input is {type(example_input).__name__}, expected a tensor")
+            candidates = [example_input.to("meta")]
+        else:
+            first = next((n for n in self.gm.graph.nodes if self.claim(n) is not None), None)
+            if first is None:
+                raise GraphConversionError(f"{type(self.module).__name__} has no parametric layers to convert")
+            layer = self.gm.get_submodule(first.target)
+            shapes = iter(self.claim(first).input_shapes(layer))
+            dtype = self.claim(first).parameters(layer)[0].dtype
+            candidates = (torch.empty(PROBE_BATCH, *shape, device="meta", dtype=dtype) for shape in shapes)
+        order = {node: i for i, node in enumerate(self.gm.graph.nodes)}
+        furthest: Optional[_NodeFailure] = None
+        for candidate in candidates:
+            recorder = _Recorder(self.gm)
+            try:
+                with torch.no_grad():
+                    recorder.run(candidate)
+            except _NodeFailure as failure:
+                if furthest is None or order[failure.node] >= order[furthest.node]:  # the largest probe that got as far
+                    furthest = failure
+                continue
+            self.probe_shape, self.probe_dtype = tuple(candidate.shape), candidate.dtype
+            return recorder.values
+        if furthest is None:
+            raise GraphConversionError(
+                f"{self.label(first)} gives no probe input shape; pass example_input to convert this module"
+            )
+        shapes = ", ".join(str(shape) for shape in furthest.input_shapes)
+        converter = self.claim(furthest.node)
+        layer = f"; it is {converter.describe(self.gm.get_submodule(furthest.node.target))}" if converter else ""
+        error = str(furthest.error).rstrip(".")
+        raise GraphConversionError(f"{self.label(furthest.node)} cannot run on inputs of shape {shapes} (probe): {error}{layer}")
+
+    def chain(self) -> Chain:
+        """Layers, skips and architecture; an error names the first node the graph cannot record.
+
+        Every data node gets the node layer whose neurons its channels are (``level``): the
+        input 0, a converted layer a new one, a parameter-free step its input's. Each node reads
+        the chain's latest value (``head``), except a residual add, whose other operand is an
+        earlier layer's value of the same shape: a skip from that layer to the head's.
+        """
+        layers, architecture, skips, shortcuts = [], [], [], []
+        level: dict[fx.Node, int] = {}
+        pending: dict[fx.Node, int] = {}  # shortcut layer -> node layer it reads, until its add
+        joined: set[tuple[int, int]] = set()  # node layers joined by a skip or shortcut
+        activations: dict[int, tuple[Activation, fx.Node]] = {}
+        head = None
+        for node in self.gm.graph.nodes:
+            if node.op == "output":
+                if node.args[0] is not head:
+                    raise GraphConversionError(
+                        f"{type(self.module).__name__}.forward returns {node.args[0]!r}, not the single tensor "
+                        "at the end of its chain of layers"
+                    )
+                break
+            value = self.values.get(node)
+            inputs = [i for i in node.all_input_nodes if i in level or i in pending]
+            if not isinstance(value, Tensor) or not (inputs or node.op == "placeholder" and head is None):
+                continue
+            if node.op == "placeholder":
+                level[node] = 0
+            elif len(inputs) == 2 and head in inputs and self._is_add(node):
+                skip = inputs[1 - inputs.index(head)]
+                if skip in pending:
+                    a = pending.pop(skip)
+                    level[node] = self._merge(node, skip, a, head, level, joined, identity=False)
+                    shortcuts.append((skip.target, self.claim(skip), a, level[node]))
+                else:
+                    level[node] = self._merge(node, skip, level[skip], head, level, joined, identity=True)
+                    skips.append((level[skip], level[node]))
+                architecture.append(self._step(node, head))
+            elif len(inputs) > 1:
+                names = ", ".join(repr(i.name) for i in inputs)
+                raise GraphConversionError(
+                    f"{self.label(node)} combines {names}: a merge other than a residual add of the chain's "
+                    "value and an earlier layer's value of the same shape"
+                )
+            elif self.claim(node) is not None and self._is_shortcut(node, inputs[0]):
+                self._refuse_second_call(node, layers, shortcuts)
+                architecture.append(self.claim(node).describe(self.gm.get_submodule(node.target)))
+                pending[node] = level[inputs[0]]
+                continue  # the chain's value stays the head until the add
+            elif inputs[0] is not head:
+                users = [u for u in inputs[0].users if u.op != "output" and isinstance(self.values.get(u), Tensor)]
+                names = ", ".join(repr(u.name) for u in users)
+                raise GraphConversionError(
+                    f"{self.label(inputs[0])} feeds {len(users)} nodes ({names}): a branch or skip connection "
+                    "that does not end in a residual add of an unchanged value"
+                )
+            elif self.claim(node) is not None:
+                self._refuse_second_call(node, layers, shortcuts)
+                layers.append((node.target, self.claim(node)))
+                architecture.append(self.claim(node).describe(self.gm.get_submodule(node.target)))
+                level[node] = len(layers)
+            else:
+                architecture.append(self._step(node, head))
+                level[node] = level[head]
+                name = self.activation(node)
+                if name is not None:
+                    if level[node] in activations:
+                        first, at = activations[level[node]]
+                        raise GraphConversionError(
+                            f"{self.label(node)} applies {name} after {first} ({self.label(at)}) to the neurons of "
+                            "one layer; graph.activation holds one activation per layer"
+                        )
+                    activations[level[node]] = (name, node)
+            head = node
+        if not layers:
+            raise GraphConversionError(f"{type(self.module).__name__} has no parametric layers to convert")
+        self._check_parameters(layers + [(name, converter) for name, converter, _, _ in shortcuts])
+        names = tuple(activations[l][0] if l in activations else Activation.IDENTITY for l in range(len(layers) + 1))
+        return Chain(tuple(layers), tuple(architecture), tuple(skips), tuple(shortcuts), names, self.probe_shape,
+                      self.probe_dtype)
+
+    def _refuse_second_call(self, node: fx.Node, layers: list, shortcuts: list) -> None:
+        if any(name == node.target for name in [l[0] for l in layers] + [s[0] for s in shortcuts]):
+            raise GraphConversionError(f"{self.label(node)} is called more than once (shared weights)")
+
+    def _is_add(self, node: fx.Node) -> bool:
+        target = node.target if node.op in ("call_function", "call_method") else None
+        return target in _ADDS and len(node.args) == 2 and not node.kwargs
+
+    def _is_shortcut(self, node: fx.Node, source: fx.Node) -> bool:
+        """A layer on a residual shortcut: its only user is an add whose other operand is computed
+        from the same ``source`` through other nodes (the main path). ``f(h) + h`` is a chain
+        layer and a skip; the main path's last layer is not computed from the shortcut's source
+        through the add's other operand, so it stays on the chain."""
+        users = [u for u in node.users if u.op != "output"]
+        if len(users) != 1 or not self._is_add(users[0]):
+            return False
+        other = [i for i in users[0].all_input_nodes if i is not node]
+        return len(other) == 1 and other[0] is not source and _depends_on(other[0], source)
+
+    def _merge(self, node: fx.Node, skip: fx.Node, a: int, head: fx.Node, level: dict[fx.Node, int],
+               joined: set[tuple[int, int]], identity: bool) -> int:
+        """Check the residual add ``node`` of ``skip`` (a value from node layer ``a``: an earlier
+        value, or a shortcut layer reading one when not ``identity``) to ``head``; the head's node layer."""
+        b = level[head]
+        shapes = tuple(self.values[skip].shape), tuple(self.values[head].shape)
+        if shapes[0] != shapes[1]:
+            raise GraphConversionError(
+                f"{self.label(node)} adds {skip.name!r} {shapes[0]} to {head.name!r} {shapes[1]}: a residual "
+                "connection needs equal shapes"
+            )
+        if a == b:
+            raise GraphConversionError(
+                f"{self.label(node)} adds {skip.name!r} to {head.name!r}, two values of layer {b} with no layer "
+                "between them: a merge the graph cannot record"
+            )
+        widths = (self._width(a, level),) * identity + (self._width(b, level),)
+        if any(shapes[0][1:2] != (width,) for width in widths):
+            raise GraphConversionError(
+                f"{self.label(node)} adds values of shape {shapes[0]} that do not keep the {' and '.join(map(str, widths))} "
+                f"neurons of layer{'s ' + str(a) + ' and' if identity else ''} {b} on dimension 1"
+            )
+        if (a, b) in joined:
+            raise GraphConversionError(f"{self.label(node)} adds a second skip from layer {a} to layer {b}")
+        joined.add((a, b))
+        return b
+
+    def _width(self, l: int, level: dict[fx.Node, int]) -> int:
+        """Number of neurons (channels) of node layer ``l``: dim 1 of the value that starts it."""
+        start = next(n for n, k in level.items() if k == l)
+        return self.values[start].shape[1]
+
+    def _check_parameters(self, layers: list[tuple[str, LayerConverter]]) -> None:
+        """Every parameter of the module belongs to a converted layer."""
+        held = {name for name, _ in layers}
+        for name, _ in self.module.named_parameters():
+            owner = name.rpartition(".")[0]
+            if not any(owner == layer or owner.startswith(layer + ".") for layer in held):
+                sub = self.module.get_submodule(owner)
+                cls = type(sub).__name__
+                if converter_for(sub) is not None:
+                    raise GraphConversionError(
+                        f"layer {owner!r} ({cls}) is not called as a layer by forward (unused, or its weights are "
+                        "read directly); its weights would be lost"
+                    )
+                raise GraphConversionError(
+                    f"parameter {name!r} ({cls}) is read outside a converted layer or never used by forward; "
+                    f"register a converter for {cls} with @register_converter({cls})"
+                )
+
+    def _step(self, node: fx.Node, current: fx.Node) -> str:
+        """Architecture entry of a parameter-free step; a leaf module with parameters has no converter."""
+        if node.op == "call_module":
+            sub = self.gm.get_submodule(node.target)
+            if isinstance(sub, _BATCH_NORMS):
+                raise GraphConversionError(
+                    f"layer {node.target!r} ({type(sub).__name__}): fold it into the preceding conv or Linear first: "
+                    "`module_to_graph(fold_batchnorm(model.eval()), ...)` "
+                    "(from neuralgraph.graph import fold_batchnorm)"
+                )
+            if next(sub.parameters(), None) is not None:
+                cls = type(sub).__name__
+                raise GraphConversionError(
+                    f"layer {node.target!r} ({cls}) has parameters but no converter; "
+                    f"register one with @register_converter({cls})"
+                )
+            return f"{type(sub).__name__}({sub.extra_repr()})"
+        args = fx.node.map_arg((node.args, node.kwargs), lambda n: _Name("x" if n is current else n.name))
+        shown = [repr(a) for a in args[0]] + [f"{k}={v!r}" for k, v in args[1].items()]
+        name = node.target if node.op == "call_method" else getattr(node.target, "__name__", str(node.target))
+        return f"{name}({', '.join(shown)})"
+
+
+def trace_chain(module: nn.Module, example_input: Optional[Tensor] = None) -> Chain:
+    """The :class:`Chain` of ``module``'s data flow; an error names the first node a graph cannot record."""
+    return _Walk(module, example_input).chain()
