@@ -1,0 +1,211 @@
+"""``neuralgraph import-dataset``: a released dataset into the package's own verified shard folder.
+
+An INR source becomes a folder that :class:`~neuralgraph.data.inr_dataset.InrDataset` reads (the
+``make-inrs`` format, with the source's SIREN convention and splits in the manifest); a CNN zoo
+becomes one that :class:`~neuralgraph.data.cnn_zoo.CnnZooDataset` reads. The import writes shards
+as the generators do (:mod:`neuralgraph.data.shards`): resumable after a kill, byte-identical on
+rerun, refusing a folder it does not own. Every source file is read with
+``torch.load(weights_only=True)``; a bad file stops the import with one line naming it and the key,
+before its shard is written.
+
+MNIST images are attached to INRs whose source names their digit (the editing tasks need them),
+and each INR is rendered with the source's convention against its digit: a median PSNR under
+:data:`MIN_MEDIAN_PSNR` means the convention or the digits do not match the source, and the
+import stops. Without images the folder serves classification only.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from safetensors.torch import save as safetensors_bytes
+from tqdm import tqdm
+
+from neuralgraph.data import cnn_zoo, generate
+from neuralgraph.data.formats import FORMATS, InrEntry, small_cnn_zoo
+from neuralgraph.data.formats.source import SourceError
+from neuralgraph.data.mnist import MNIST_SPLITS, MnistFileError, load_digits, locate
+from neuralgraph.data.shards import MANIFEST, DatasetError, commit_shard, open_folder, shard_name, shard_to_write, write_manifest
+from neuralgraph.inr import SirenConvention, psnr, render
+
+IMAGE_SOURCES = ("full", "embedded", "none")
+MIN_MEDIAN_PSNR = 20.0
+
+
+def image_source(requested: Optional[str]) -> str:
+    """``requested``, or ``"full"`` where MNIST is on disk and ``"none"`` otherwise (said in one line)."""
+    if requested is not None:
+        if requested not in IMAGE_SOURCES:
+            raise ValueError(f"--images {requested!r}: expected one of {IMAGE_SOURCES}")
+        return requested
+    try:
+        locate(download=False)
+        return "full"
+    except MnistFileError:
+        print("import-dataset: MNIST is not on disk (NEURALGRAPH_MNIST): importing without images, "
+              "for classification only (editing tasks need --images full)")
+        return "none"
+
+
+class DigitLookup:
+    """MNIST digits by (split, index), loaded on first use."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.tables: dict[str, tuple[np.ndarray, dict[int, int]]] = {}
+
+    def image(self, split: Optional[str], index: int, file: Path) -> np.ndarray:
+        if split not in MNIST_SPLITS or index < 0:
+            raise SourceError(f"{file}: the source does not say which MNIST digit this INR encodes; "
+                              "import with --images none")
+        if split not in self.tables:
+            digits = load_digits(split, self.source)
+            self.tables[split] = (digits.images, {int(i): k for k, i in enumerate(digits.indices)})
+        images, position = self.tables[split]
+        if index not in position:
+            raise SourceError(f"{file}: MNIST {split} digit {index} is not in the {self.source} MNIST")
+        return images[position[index]]
+
+
+def _shard_plan(out: Path, manifest: dict, split: str, count: int, shard_size: int, **entry) -> list[tuple[Path, int]]:
+    """Shards of ``split`` still to write, as ``(path, first entry)``; recorded ones are verified."""
+    record = manifest["splits"].setdefault(split, {"count": count, **entry, "shards": []})
+    if record["count"] != count:
+        raise DatasetError(f"{out / MANIFEST}: split {split} holds {record['count']} entries, this import "
+                           f"{count} (another --limit or source?)")
+    recorded = {s["file"]: s for s in record["shards"]}
+    return [(out / shard_name(split, k), first) for k, first in enumerate(range(0, count, shard_size))
+            if shard_to_write(out / shard_name(split, k), recorded, out / MANIFEST)]
+
+
+def _inr_shard(reader, entries: Sequence[InrEntry], layout: tuple[int, ...], convention: SirenConvention,
+               digits: Optional[DigitLookup], bar: tqdm) -> dict:
+    weights, biases, labels = [], [], []
+    for entry in entries:
+        w, b, label = reader.read(entry, layout)
+        weights.append(w)
+        biases.append(b)
+        labels.append(label)
+        bar.update(1)
+    tensors = {}
+    for l in range(len(layout) - 1):
+        tensors[f"layer{l + 1}.weight"] = torch.stack([w[l] for w in weights])
+        tensors[f"layer{l + 1}.bias"] = torch.stack([b[l] for b in biases])
+    tensors["label"] = torch.tensor(labels, dtype=torch.int64)
+    tensors["mnist_index"] = torch.tensor([e.mnist_index for e in entries], dtype=torch.int64)
+    tensors["mnist_split"] = torch.tensor([MNIST_SPLITS.index(e.mnist_split) if e.mnist_split in MNIST_SPLITS else -1
+                                           for e in entries], dtype=torch.int64)
+    tensors["copy"] = torch.tensor([e.copy for e in entries], dtype=torch.int64)
+    if digits is not None:
+        images = np.stack([digits.image(e.mnist_split, e.mnist_index, e.file) for e in entries])
+        tensors["image"] = torch.from_numpy(images)
+        with torch.no_grad():
+            rendered = render([tensors[f"layer{l + 1}.weight"] for l in range(len(layout) - 1)],
+                              [tensors[f"layer{l + 1}.bias"] for l in range(len(layout) - 1)], images.shape[-2:],
+                              convention)
+        tensors["psnr"] = psnr(rendered.clamp(0, 1), tensors["image"].float() / 255)
+    return {key: value.contiguous() for key, value in tensors.items()}
+
+
+def import_inrs(fmt: str, src: Path, out: Path, limit: Optional[int], options: dict, images: str,
+                shard_size: int, progress: bool) -> dict:
+    reader = FORMATS[fmt]
+    splits = reader.scan(src, **options)
+    splits = {split: entries[:limit] for split, entries in splits.items()}
+    first = next(entries[0] for entries in splits.values() if entries)
+    w, _, _ = reader.read(first)
+    layout = (w[0].shape[1], *(x.shape[0] for x in w))
+    convention = SirenConvention.from_dict({"layout": list(layout), **reader.CONVENTION})
+    settings = {"convention": convention.to_dict(), "shard_size": shard_size,
+                "imported": {"source_format": fmt, "source": str(src.resolve()), "limit": limit, "images": images,
+                             "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}}}
+    manifest = open_folder(out, generate.INR_FOLDER, settings, splits={})
+    digits = None if images == "none" else DigitLookup(images)
+    todo = []
+    for split, entries in splits.items():
+        plan = _shard_plan(out, manifest, split, len(entries), shard_size, limit=limit,
+                           mnist_indices=[e.mnist_index for e in entries])
+        todo += [(split, path, entries[start:start + shard_size]) for path, start in plan]
+    write_manifest(out, manifest)
+    total = sum(len(e) for e in splits.values())
+    with tqdm(total=total, initial=total - sum(len(t[2]) for t in todo), unit="INR", desc=f"import {fmt}",
+              disable=not progress, dynamic_ncols=True) as bar:
+        for split, path, entries in todo:
+            tensors = _inr_shard(reader, entries, layout, convention, digits, bar)
+            if digits is not None:
+                median = float(tensors["psnr"].median())
+                if median < MIN_MEDIAN_PSNR:
+                    raise SourceError(
+                        f"{entries[0].file}: its shard renders its MNIST digits at a median {median:.1f} dB PSNR "
+                        f"(< {MIN_MEDIAN_PSNR}) with the {fmt} convention {reader.CONVENTION}: not MNIST digits of "
+                        "this convention (FashionMNIST or CIFAR INRs need --images none)")
+            commit_shard(out, manifest, manifest["splits"][split]["shards"], path, safetensors_bytes(tensors),
+                         count=len(entries))
+    return manifest
+
+
+def import_zoo(src: Path, out: Path, limit: Optional[int], options: dict, shard_size: int, progress: bool) -> dict:
+    source = small_cnn_zoo.scan(src, **options)
+    if len(source.layers) != len(cnn_zoo.LAYERS) or any(len(l.kernel[1]) != 4 for l in source.layers[:-1]):
+        raise SourceError(f"{src / 'layout.csv'}: {len(source.layers)} layers; the Small CNN Zoo has three 3x3 "
+                          f"convolutions and a dense layer ({', '.join(cnn_zoo.LAYERS)})")
+    activations = source.metrics["config.activation"]
+    unknown = sorted(set(activations.tolist()) - set(cnn_zoo.ACTIVATIONS))
+    if unknown:
+        raise SourceError(f"{src / 'metrics.csv.gz'}: config.activation {unknown[0]!r} is none of {cnn_zoo.ACTIVATIONS}")
+    modeldirs = {name: k for k, name in enumerate(sorted(set(source.metrics["modeldir"].tolist())))}
+    layout = source.layout
+    settings = {"channels": layout[1], "layout": list(layout), "shard_size": shard_size,
+                "choices": {"activation": list(cnn_zoo.ACTIVATIONS)},
+                "architecture": {**small_cnn_zoo.ARCHITECTURE, "layers": [l.name for l in source.layers]},
+                "imported": {"source_format": "small-cnn-zoo", "source": str(src.resolve()), "limit": limit,
+                             "options": {k: (str(v) if isinstance(v, Path) else (list(v) if isinstance(v, tuple) else v))
+                                         for k, v in options.items()}}}
+    manifest = open_folder(out, cnn_zoo.ZOO_FOLDER, settings, splits={})
+    rows = {split: r[:limit] for split, r in source.splits.items()}
+    todo = []
+    for split, split_rows in rows.items():
+        todo += [(split, path, split_rows[start:start + shard_size])
+                 for path, start in _shard_plan(out, manifest, split, len(split_rows), shard_size)]
+    write_manifest(out, manifest)
+    total = sum(len(r) for r in rows.values())
+    with tqdm(total=total, initial=total - sum(len(t[2]) for t in todo), unit="CNN", desc="import small-cnn-zoo",
+              disable=not progress, dynamic_ncols=True) as bar:
+        for split, path, shard_rows in todo:
+            weights, biases = small_cnn_zoo.read_rows(source, shard_rows)
+            tensors = {}
+            for name, w, b in zip(cnn_zoo.LAYERS, weights, biases):
+                tensors[f"{name}.weight"], tensors[f"{name}.bias"] = w, b
+            metrics = source.metrics
+            tensors.update({column: torch.from_numpy(metrics[column][shard_rows].astype(np.float32))
+                            for column in small_cnn_zoo.METRICS})
+            tensors["epoch"] = torch.from_numpy(metrics["step"][shard_rows].astype(np.int64))
+            tensors["network"] = torch.tensor([modeldirs[m] for m in metrics["modeldir"][shard_rows]], dtype=torch.int64)
+            tensors["row"] = torch.from_numpy(shard_rows.astype(np.int64))
+            tensors["activation"] = torch.tensor([cnn_zoo.ACTIVATIONS.index(a) for a in activations[shard_rows]],
+                                                 dtype=torch.int64)
+            commit_shard(out, manifest, manifest["splits"][split]["shards"], path,
+                         safetensors_bytes({k: v.contiguous() for k, v in tensors.items()}), count=len(shard_rows))
+            bar.update(len(shard_rows))
+    return manifest
+
+
+def import_dataset(fmt: str, src, out, limit: Optional[int] = None, splits_file=None, images: Optional[str] = None,
+                   shard_size: int = 1000, progress: bool = True, **options) -> dict:
+    """Import ``src`` (a folder of format ``fmt``, :data:`~neuralgraph.data.formats.FORMATS`) into ``out``;
+    return the manifest. ``limit``: the first ``limit`` entries of each split. ``options``: the
+    format's own (``prefix``, ``augmented``, ``split_points``; ``steps``, ``activations``, ``order_header``)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r}: expected one of {sorted(FORMATS)}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit {limit}: must be at least 1")
+    src, out = Path(src), Path(out)
+    if not src.is_dir():
+        raise SourceError(f"{src}: not a folder")
+    if splits_file is not None:
+        options["splits_file"] = Path(splits_file)
+    if FORMATS[fmt].KIND == "cnn-zoo":
+        return import_zoo(src, out, limit, options, shard_size, progress)
+    return import_inrs(fmt, src, out, limit, options, image_source(images), shard_size, progress)
