@@ -310,3 +310,15 @@ def test_an_imported_zoo_trains_generalization_prediction_with_neuralgraph_fit(z
         "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
         "--trainer.enable_model_summary", "false"])
     assert torch.isfinite(cli.trainer.callback_metrics["test/kendall_tau"])
+
+
+def test_the_dilation_benchmarks_data_module_reads_an_imported_folder_as_it_is(fitted_digits, tmp_path):
+    """benchmarks/dilation.py passes preset=dws-released and --data.root: an imported set is used, never refitted."""
+    from neuralgraph.training.datamodule import MnistInrDataModule
+
+    splits_file = dws_split_file(tmp_path / "dws", fitted_digits, tmp_path)
+    import_dataset("dws-inrs", tmp_path / "dws", tmp_path / "out", splits_file=splits_file, images="embedded",
+                   progress=False)
+    data = MnistInrDataModule(root=str(tmp_path / "out"), preset="dws-released", batch_size=2)
+    spec = data.spec
+    assert spec.convention["grid"] == "xy" and data.batch("val", [0, 1]).image.shape == (2, 28, 28)
