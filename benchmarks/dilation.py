@@ -42,16 +42,15 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from neuralgraph.nn import METANETS
+from runner import fit_and_record, fit_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -128,11 +127,14 @@ def machine_name() -> str:
     return f"cpu{torch.get_num_threads()}"
 
 
-def matched_width(name: str, metanet: str, options: dict, target: int, tolerance: float = BUDGET_TOLERANCE) -> dict:
-    """``CPU_DEPTH`` + ``options`` at the ``hidden_dim`` whose k = 1 parameter count is nearest ``target``.
+def matched_width(name: str, metanet: str, options: dict, target: int, tolerance: float = BUDGET_TOLERANCE,
+                  count=None) -> dict:
+    """``CPU_DEPTH`` + ``options`` at the ``hidden_dim`` whose parameter count is nearest ``target``.
 
-    Widths respect the metanetwork's ``hidden_dim_multiple_of``; ValueError naming the system
-    when the nearest is more than ``tolerance`` (relative) away.
+    ``count(metanet, config)`` counts a model's parameters (default: metanet + k = 1 ``WeightDecoder``;
+    the classification benchmark counts its readout instead). Widths respect the metanetwork's
+    ``hidden_dim_multiple_of``; ValueError naming the system when the nearest is more than
+    ``tolerance`` (relative) away.
     """
     from neuralgraph.nn.budget import hidden_dim_step, model_parameters
 
@@ -140,7 +142,8 @@ def matched_width(name: str, metanet: str, options: dict, target: int, tolerance
     step = hidden_dim_step(metanet, config)
 
     def params(multiple: int) -> int:
-        return model_parameters(metanet, {**config, "hidden_dim": multiple * step}, 1)[0]
+        sized = {**config, "hidden_dim": multiple * step}
+        return count(metanet, sized) if count else model_parameters(metanet, sized, 1)[0]
 
     low, high = 1, 2  # grow high past the target, then bisect: params(low) <= target < params(high)
     while params(high) <= target:
@@ -195,21 +198,11 @@ def run_arguments(settings: dict, seed: int, data_root: Path, out: Path) -> list
     """
     config = dict(settings["metanet_config"])
     width = config.pop("hidden_dim")
-    args = ["fit", "--config", str(ROOT / settings["config"]), "--seed_everything", str(seed),
-            "--data.root", str(data_root), "--trainer.default_root_dir", str(out), "--ckpt_path", "last",
-            "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(out),
-            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-            "--model.init_args.metanet", settings["metanet"],
-            "--model.init_args.metanet_config", json.dumps(config),
-            "--model.init_args.reference_hidden_dim", str(width),
-            "--model.init_args.budget_width_multiple", str(settings["budget_width_multiple"])]
+    model = {"reference_hidden_dim": width, "budget_width_multiple": settings["budget_width_multiple"]}
     if "decoder_members" in settings:
-        args += ["--model.init_args.decoder_members", settings["decoder_members"]]
-    for key, value in settings["data"].items():
-        args += [f"--data.{key}", "null" if value is None else str(value)]
-    for key, value in settings["trainer"].items():
-        args += [f"--trainer.{key}", str(value)]
-    return args
+        model["decoder_members"] = settings["decoder_members"]
+    return fit_arguments(ROOT / settings["config"], seed, data_root, out, settings["metanet"], config,
+                         settings["data"], settings["trainer"], model)
 
 
 def config_path(folder: str, arch: str, k: int) -> Path:
@@ -222,29 +215,9 @@ def config_path(folder: str, arch: str, k: int) -> Path:
 
 def run_one(argv: list[str], result_path: Path) -> None:
     """Child process: one fit (+ test at best validation), results to ``result_path``."""
-    from neuralgraph.nn.budget import count_trainable
-    from neuralgraph.training.cli import checkpoint_dir, last_checkpoint, run_lightning_cli
-
-    if torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
-    resumed = last_checkpoint(checkpoint_dir(argv[argv.index("--trainer.default_root_dir") + 1])) is not None
-    start = time.perf_counter()
-    cli = run_lightning_cli(argv)
-    metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
-    result = {
-        "test_mse": metrics["test/mse"],
-        "test_psnr": metrics.get("test/psnr"),
-        "best_val_loss": float(cli.trainer.checkpoint_callback.best_model_score),
-        "parameters": count_trainable(cli.model),
-        "hidden_dim": cli.model.metanet.hidden_dim,
-        "epochs": cli.trainer.current_epoch,
-        "wall_s": time.perf_counter() - start,
-        "resumed": resumed,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
-    }
-    write_atomic(result_path, json.dumps(result, indent=2))
+    metrics, record = fit_and_record(argv)
+    write_atomic(result_path, json.dumps({"test_mse": metrics["test/mse"], "test_psnr": metrics.get("test/psnr"),
+                                          **record}, indent=2))
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -1,8 +1,9 @@
 """Small folders in the released datasets' own formats, and independent forwards of their conventions.
 
 Each writer follows the public loader's file names, keys and layouts (DWSNets'
-``generate_data_splits.py`` / ``INRDataset``, NFN's ``SirenDataset`` and ``ZooDataset``); the
-forwards follow each source's own model code (DWSNets' ``INR``, NFN's ``Siren``, a Keras CNN),
+``generate_data_splits.py`` / ``INRDataset``, NFN's ``SirenDataset`` and ``ZooDataset``,
+neural-graphs' ``generate_cnn_park_splits.py`` / ``CNNParkCIFAR10``); the forwards follow each
+source's own model code (DWSNets' ``INR``, NFN's ``Siren``, a Keras CNN, neural-graphs' ``CNN``),
 written here without the package's render or modules.
 """
 from __future__ import annotations
@@ -147,6 +148,78 @@ def write_small_cnn_zoo(root: Path, networks: int, steps=(0, 86), seed=0, activa
         order = np.random.default_rng(seed + 1).permutation(len(rows))
         (root / "zoo_split.csv").write_text("0\n" + "\n".join(map(str, order)) + "\n")
     return [(p[0], p[1]) for p in params]
+
+
+# -- CNN Wild Park -------------------------------------------------------------------------------
+PARK_ACTIVATIONS = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+                    "leaky_relu": torch.nn.functional.leaky_relu, "none": lambda z: z}
+
+
+def park_config(channels, kernels, residual, activation, classes=10) -> dict:
+    """neural-graphs' ``CNNConfig`` as its checkpoints hold it: stride 1, padding ``k // 2``."""
+    return {"n_layers": len(kernels), "n_classes": classes, "channels": list(channels), "kernel_size": list(kernels),
+            "stride": [1] * len(kernels), "padding": [k // 2 for k in kernels], "residual": list(residual),
+            "activation": list(activation)}
+
+
+def park_state(config: dict, rng: np.random.Generator) -> dict:
+    """A ``CNN.state_dict()``: ``layers.{i}.weight/bias`` for the convolutions, ``fc.weight/bias``."""
+    state, channels = {}, config["channels"]
+    for i, k in enumerate(config["kernel_size"]):
+        fan_in = channels[i] * k * k
+        shape = (channels[i + 1], channels[i], k, k)
+        state[f"layers.{i}.weight"] = torch.from_numpy(rng.normal(0, fan_in ** -0.5, shape))
+        state[f"layers.{i}.bias"] = torch.from_numpy(rng.normal(0, 0.1, channels[i + 1]))
+    state["fc.weight"] = torch.from_numpy(rng.normal(0, channels[-1] ** -0.5, (config["n_classes"], channels[-1])))
+    state["fc.bias"] = torch.from_numpy(rng.normal(0, 0.1, config["n_classes"]))
+    return {key: value.float() for key, value in state.items()}
+
+
+def park_forward(state: dict, config: dict, images: Tensor) -> Tensor:
+    """neural-graphs' ``CNN.forward`` in float64: each convolution, the first ``min`` shared channels of
+    ``residual[i]``'s saved output added before ``activation[i]``, global average pooling, ``fc``."""
+    x, saved = images.double(), {}
+    for i, r in enumerate(config["residual"]):
+        x = torch.nn.functional.conv2d(x, state[f"layers.{i}.weight"].double(), state[f"layers.{i}.bias"].double(),
+                                       stride=config["stride"][i], padding=config["padding"][i])
+        if r > -1:
+            shared = min(config["channels"][r + 1], config["channels"][i + 1])
+            x = torch.cat([x[:, :shared] + saved[r][:, :shared], x[:, shared:]], dim=1)
+        x = PARK_ACTIVATIONS[config["activation"][i]](x)
+        if i in config["residual"]:
+            saved[i] = x
+    return x.mean(dim=(2, 3)) @ state["fc.weight"].double().T + state["fc.bias"].double()
+
+
+def write_cnn_wild_park(root: Path, configs, split_of_run, steps=(5, 10), seed=0) -> dict:
+    """One run per config in ``configs``: ``cifar10_zooV2/<trial>/checkpoint_<step>/checkpoint.pt`` at each
+    step, holding ``model``, ``optimizer``, ``config``, ``iteration`` and ``last_result``; and
+    ``cnn_park_splits.json`` (run ``n`` in split ``split_of_run[n]``, each split's checkpoints shuffled,
+    paths relative to ``root``). Returns ``{relative path: (config, state)}``."""
+    rng = np.random.default_rng(seed)
+    table = {split: {"path": [], "score": [], "step": []} for split in ("train", "val", "test")}
+    networks = {}
+    for n, config in enumerate(configs):
+        for step in steps:
+            relative = f"cifar10_zooV2/NN_tune_trainable_{n:05d}/checkpoint_{step:06d}/checkpoint.pt"
+            state = park_state(config, rng)
+            accuracy = float(rng.uniform(0.1, 0.6))
+            optimizer = {"state": {}, "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8,
+                                                         "weight_decay": 0.0, "params": list(range(len(state)))}]}
+            (root / relative).parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"model": state, "optimizer": optimizer, "config": config, "iteration": step,
+                        "last_result": {"test/acc": accuracy, "test/loss": float(rng.uniform(1, 2))}}, root / relative)
+            split = table[split_of_run[n]]
+            split["path"].append(relative)
+            split["score"].append(accuracy)
+            split["step"].append(step)
+            networks[relative] = (config, state)
+    for split in table.values():
+        order = rng.permutation(len(split["path"])).tolist()
+        for column in split:
+            split[column] = [split[column][k] for k in order]
+    save_json(root / "cnn_park_splits.json", table)
+    return networks
 
 
 def save_json(path: Path, table: dict) -> Path:

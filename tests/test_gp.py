@@ -4,13 +4,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
+from source_formats import write_dws_inrs
 from test_graph import random_mlp
 from torch import nn
 
 from neuralgraph.cli import main
 from neuralgraph.data import GenerationSettings, InrDataset, make_inrs
+from neuralgraph.data.importing import import_dataset
 from neuralgraph.graph import GraphConversionError, permute_mlp, random_hidden_permutation
-from neuralgraph.theory.gp import SEPARATORS, audit_gp, tie_matrices
+from neuralgraph.theory.gp import INVARIANT_SEPARATORS, SEPARATORS, audit_gp, invariant_tie_matrices, tie_matrices
 from neuralgraph.inr import FitConfig
 from neuralgraph.theory.quantize import quantize, quantize_mlp
 
@@ -51,6 +53,39 @@ def test_norm_separators_tie_where_the_vectors_differ():
     }
 
 
+def twin_neurons():
+    """Layout 2-2-2 whose hidden neurons tie on every invariant separator but not on their rows and columns."""
+    weights = [torch.tensor([[1.0, 2.0], [2.0, 1.0]]), torch.tensor([[1.0, 2.0], [2.0, 1.0]])]
+    return weights, [torch.zeros(2), torch.zeros(2)]
+
+
+# each edit changes one invariant separator of hidden neuron 1 and keeps the other four
+ONE_SEPARATOR_EDITS = {
+    "bias": lambda w, b: b[0].__setitem__(1, 0.5),
+    "incoming_row_sum": lambda w, b: w[0].__setitem__(1, torch.tensor([-2.0, 1.0])),  # norm stays sqrt(5)
+    "incoming_row_norm": lambda w, b: w[0].__setitem__(1, torch.tensor([3.0, 0.0])),  # sum stays 3
+    "outgoing_column_sum": lambda w, b: w[1][:, 1].copy_(torch.tensor([-2.0, 1.0])),
+    "outgoing_column_norm": lambda w, b: w[1][:, 1].copy_(torch.tensor([3.0, 0.0])),
+}
+
+
+def test_invariant_gp_ties_neurons_whose_rows_differ_only_in_order():
+    audit = audit_gp(*twin_neurons())
+    assert audit.tied_neurons(invariant=True) == {1: [(0, 1)]} and not bool(audit.in_invariant_gp[0])
+    assert bool(audit.in_combined_gp[0])  # the whole rows still differ
+    with pytest.raises(ValueError, match="tied_neurons: choose combined or invariant, not both"):
+        audit.tied_neurons(combined=True, invariant=True)
+
+
+@pytest.mark.parametrize("separator", INVARIANT_SEPARATORS)
+def test_each_invariant_separator_alone_can_decide(separator):
+    weights, biases = twin_neurons()
+    ONE_SEPARATOR_EDITS[separator](weights, biases)
+    separated = {s for s in INVARIANT_SEPARATORS if not tie_matrices(weights, biases, (s,))[0][0, 0, 1]}
+    assert separated == {separator}
+    assert not invariant_tie_matrices(weights, biases)[0].any() and bool(audit_gp(weights, biases).in_invariant_gp[0])
+
+
 def test_unknown_separator_and_bad_shapes_are_named():
     weights, biases = random_mlp((2, 3, 1))
     with pytest.raises(ValueError, match="unknown separator 'rank'"):
@@ -71,10 +106,18 @@ def test_batched_audit_equals_per_network_and_is_permutation_invariant(layout, b
         single = audit_gp(w, b)
         assert single.bias_tied_pairs.item() == audit.bias_tied_pairs[n].item()
         assert single.combined_tied_pairs.item() == audit.combined_tied_pairs[n].item()
+        assert single.invariant_tied_pairs.item() == audit.invariant_tied_pairs[n].item()
         assert single.tied_neurons() == audit.tied_neurons(n)
+        assert single.tied_neurons(invariant=True) == audit.tied_neurons(n, invariant=True)
         permuted = audit_gp(*permute_mlp(w, b, random_hidden_permutation(layout, gen)))
         assert permuted.bias_tied_pairs.item() == single.bias_tied_pairs.item()
         assert permuted.combined_tied_pairs.item() == single.combined_tied_pairs.item()
+        assert permuted.invariant_tied_pairs.item() == single.invariant_tied_pairs.item()
+    # duplicate neurons tie on every scalar, and every invariant tie is a bias tie
+    assert (audit.combined_tied_pairs <= audit.invariant_tied_pairs).all()
+    assert (audit.invariant_tied_pairs <= audit.bias_tied_pairs).all()
+    for combined, invariant, bias in zip(audit.combined_ties, audit.invariant_ties, audit.bias_ties):
+        assert not (combined & ~invariant).any() and not (invariant & ~bias).any()
 
 
 def test_sixteen_bits_is_uniform_unless_ieee_and_thirty_two_keeps_float32():
@@ -157,7 +200,7 @@ def test_audit_command_on_a_checkpoint_folder(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("not a checkpoint")
     table = run_audit(capsys, tmp_path, "--bits", "32", "2", "--granularity", "tensor", "layer").splitlines()
     assert len(table) == 2 + 3  # IEEE widths get one row, uniform widths one per granularity
-    assert table[2].startswith("| 32 | IEEE | 3 | 66.67% | 100.00% | 0 | 0 |")
+    assert table[2].startswith("| 32 | IEEE | 3 | 66.67% | 100.00% | 100.00% | 0 | 0 |")
     assert table[3].startswith("| 2 | per tensor | 3 |") and table[4].startswith("| 2 | per layer | 3 |")
 
 
@@ -195,3 +238,22 @@ def test_audit_command_up_to_sign_flips(tmp_path, capsys):
     assert run_audit(capsys, tmp_path, "--bits", "32").splitlines()[2].startswith("| 32 | IEEE | 1 | 100.00% |")
     assert run_audit(capsys, tmp_path, "--bits", "32", "--group", "sign").splitlines()[2].startswith(
         "| 32 | IEEE | 1 | 0.00% |")
+
+
+def test_audit_command_on_an_imported_dws_folder(tmp_path, capsys):
+    """A folder of import-dataset dws-inrs has no images, PSNRs or fitting steps: only weights are read."""
+    inrs = []
+    for k in range(4):
+        weights, biases = random_mlp((2, 8, 8, 1), seed=k)
+        if k % 2:
+            biases[0][:4] = 0.125  # four equal first-layer biases: bias GP fails, the rows still separate
+        inrs.append(("train", k, k, weights, biases))
+    write_dws_inrs(tmp_path / "dws", inrs)
+    import_dataset("dws-inrs", tmp_path / "dws", tmp_path / "out", images="none", progress=False)
+    dataset = InrDataset(tmp_path / "out", "train")
+    assert dataset.images is None and dataset.psnrs is None and dataset.steps is None
+    table = run_audit(capsys, tmp_path / "out", "--bits", "32", "8", "--chunk", "3").splitlines()
+    assert table[2].startswith("| 32 | IEEE | 4 | 50.00% | 100.00% | 100.00% |")
+    expected = audit_gp(*quantize_mlp(dataset.weights, dataset.biases, 8))
+    percents = [100 * x.double().mean().item() for x in (expected.in_gp, expected.in_combined_gp, expected.in_invariant_gp)]
+    assert table[3].startswith("| 8 | per tensor | 4 | " + " | ".join(f"{p:.2f}%" for p in percents) + " |")

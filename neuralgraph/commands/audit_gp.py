@@ -4,8 +4,9 @@
 or a folder of MLP checkpoints (``*.safetensors``, or ``*.pt``/``*.pth`` state dicts, loaded
 with ``weights_only=True``). Every network is quantized (:mod:`neuralgraph.theory.quantize`)
 and audited (:mod:`neuralgraph.theory.gp`); the printed markdown table gives, per bit width
-and quantization granularity, the percentage of networks in bias GP and in combined
-(five-separator) GP, and the median numbers of tied pairs. ``--group sign`` (SIRENs, tanh) or
+and quantization granularity, the percentage of networks in bias GP, in combined
+(five-separator) GP and in invariant (five scalar separators) GP, and the median numbers
+of tied pairs. ``--group sign`` (SIRENs, tanh) or
 ``--group scale`` (ReLU) audits GP up to neuron sign flips or rescalings as well.
 """
 from __future__ import annotations
@@ -110,6 +111,7 @@ class AuditRow:
     networks: int
     percent_gp: float
     percent_combined_gp: float
+    percent_invariant_gp: float
     median_tied_pairs: float
     median_unseparated_pairs: float
 
@@ -130,20 +132,24 @@ def audit_rows(networks: Iterable[Networks], bits: list[int], granularities: lis
         settings += [(b, g) for g in schemes]
     tied: dict[tuple, list[Tensor]] = defaultdict(list)
     unseparated: dict[tuple, list[Tensor]] = defaultdict(list)
+    invariant_tied: dict[tuple, list[Tensor]] = defaultdict(list)
     for weights, biases in chunked(networks, chunk):
         for setting in settings:
             audit = audit_gp(*quantize_mlp(weights, biases, *setting), group=group)
             tied[setting].append(audit.bias_tied_pairs)
             unseparated[setting].append(audit.combined_tied_pairs)
+            invariant_tied[setting].append(audit.invariant_tied_pairs)
     rows = []
     for setting in settings:
         bias_pairs, combined_pairs = torch.cat(tied[setting]).double(), torch.cat(unseparated[setting]).double()
+        invariant_pairs = torch.cat(invariant_tied[setting])
         rows.append(
             AuditRow(
                 *setting,
                 networks=len(bias_pairs),
                 percent_gp=100 * (bias_pairs == 0).double().mean().item(),
                 percent_combined_gp=100 * (combined_pairs == 0).double().mean().item(),
+                percent_invariant_gp=100 * (invariant_pairs == 0).double().mean().item(),
                 median_tied_pairs=bias_pairs.quantile(0.5).item(),
                 median_unseparated_pairs=combined_pairs.quantile(0.5).item(),
             )
@@ -154,13 +160,15 @@ def audit_rows(networks: Iterable[Networks], bits: list[int], granularities: lis
 def format_table(rows: list[AuditRow]) -> str:
     """Markdown table of :class:`AuditRow` s."""
     lines = [
-        "| bits | scale | networks | in GP (bias) | in GP (combined) | median tied pairs (bias) | median tied pairs (combined) |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| bits | scale | networks | in GP (bias) | in GP (combined) | in GP (invariant) "
+        "| median tied pairs (bias) | median tied pairs (combined) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         scale = "IEEE" if is_ieee(r.bits, r.granularity == "ieee") else f"per {r.granularity}"
         lines.append(
             f"| {r.bits} | {scale} | {r.networks} | {r.percent_gp:.2f}% | {r.percent_combined_gp:.2f}% "
+            f"| {r.percent_invariant_gp:.2f}% "
             f"| {r.median_tied_pairs:g} | {r.median_unseparated_pairs:g} |"
         )
     return "\n".join(lines)

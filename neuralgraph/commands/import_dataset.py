@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import argparse
 
-from neuralgraph.commands import positive_int
+from neuralgraph.commands import distributed, positive_int
 
-FORMATS = ("dws-inrs", "nfn-sirens", "small-cnn-zoo")  # neuralgraph.data.formats.FORMATS, without importing torch
+# neuralgraph.data.formats.FORMATS, without importing torch
+FORMATS = ("dws-inrs", "nfn-sirens", "small-cnn-zoo", "cnn-wild-park")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,7 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="dataset folder to write (rerun the same command to resume)")
     parser.add_argument("--limit", type=positive_int, default=None, help="import only the first N entries of each split")
     parser.add_argument("--splits", default=None,
-                        help="split file: DWSNets' JSON (dws-inrs) or NFN's *_split.csv order file (small-cnn-zoo)")
+                        help="split file: DWSNets' JSON (dws-inrs), NFN's *_split.csv order file (small-cnn-zoo) or "
+                             "neural-graphs' JSON (cnn-wild-park; default SRC/cnn_park_splits.json)")
     parser.add_argument("--images", choices=("full", "embedded", "none"), default=None,
                         help="INR formats: attach MNIST digits from the full MNIST (default where it is on disk), "
                              "the embedded subset, or none (classification only)")
@@ -31,17 +33,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--order-header", choices=("data", "header"), default="data",
                         help="small-cnn-zoo: the order file's first line '0' read as a row index, as NFN reads it "
                              "(data), or skipped (header)")
+    distributed.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from neuralgraph.data.importing import import_dataset
+    from neuralgraph.data.shards import Worker
 
     options = {"prefix": args.prefix, "augmented": args.augmented, "split_points": tuple(args.split_points)} \
         if args.format == "nfn-sirens" else {}
     if args.format == "small-cnn-zoo":
         options = {"steps": tuple(args.steps), "activations": args.activations, "order_header": args.order_header}
+    worker = distributed.worker_of(args)
     manifest = import_dataset(args.format, args.src, args.out, limit=args.limit, splits_file=args.splits,
-                              images=args.images, shard_size=args.shard_size, **options)
+                              images=args.images, shard_size=args.shard_size,
+                              distributed=worker and Worker(*worker), merge=args.merge, **options)
+    if worker:
+        print(distributed.worker_done(args.out, worker))
+        return 0
     counts = ", ".join(f"{split} {entry['count']}" for split, entry in manifest["splits"].items())
     print(f"{args.out}: {counts} ({args.format} from {args.src})")
     return 0

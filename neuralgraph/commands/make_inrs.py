@@ -6,9 +6,9 @@ import dataclasses
 
 import torch
 
-from neuralgraph.commands import positive_int
+from neuralgraph.commands import distributed, positive_int
 from neuralgraph.data.generate import GenerationSettings, make_inrs
-from neuralgraph.data.shards import SPLITS
+from neuralgraph.data.shards import SPLITS, Worker
 from neuralgraph.inr import DEFAULT_PRESET, INITS, PRESETS
 
 
@@ -32,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=positive_int, default=None,
                         help="CPU cores to use (default: torch's thread count); on cpu, more than one "
                              "fits in that many processes of one thread each")
+    distributed.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,8 +44,12 @@ def run(args: argparse.Namespace) -> int:
         settings, convention=dataclasses.replace(settings.convention, init=args.init or settings.convention.init),
         fit=dataclasses.replace(settings.fit, steps=args.steps or settings.fit.steps, pool_size=args.pool_size))
     splits = SPLITS if args.split == "all" else (args.split,)
+    worker = distributed.worker_of(args)
     manifest = make_inrs(args.out, splits, args.limit, settings, args.device, args.mnist,
-                         workers=torch.get_num_threads())
+                         workers=torch.get_num_threads(), distributed=worker and Worker(*worker), merge=args.merge)
+    if worker:
+        print(distributed.worker_done(args.out, worker))
+        return 0
     for split in splits:
         print(f"{split}: {manifest['splits'][split]['count']} INRs in {len(manifest['splits'][split]['shards'])} shards")
     return 0

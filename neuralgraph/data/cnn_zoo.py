@@ -41,16 +41,15 @@ from neuralgraph.data.shards import (
     SPLITS,
     DatasetError,
     FolderFormat,
-    commit_shard,
-    open_folder,
+    FolderWriter,
+    Worker,
     read_manifest,
     read_shard,
     shard_name,
-    shard_to_write,
-    write_manifest,
 )
+from neuralgraph.data.formats import cnn_wild_park
 from neuralgraph.data.mnist import PathLike, load_digits
-from neuralgraph.graph import Activation, activation_codes, blocks_to_graph
+from neuralgraph.graph import Activation, activation_codes, batch_graphs, blocks_to_graph
 from neuralgraph.nn.context import WeightBlocks
 
 ZOO_FOLDER = FolderFormat("neuralgraph-cnn-zoo/1", "make-cnn-zoo")
@@ -287,33 +286,33 @@ def _mnist(split: str, size: int, source: str, root: Optional[PathLike]) -> tupl
 
 
 def make_cnn_zoo(out: PathLike, settings: ZooSettings = ZooSettings(), root: Optional[PathLike] = None,
-                 progress: bool = True) -> dict:
+                 progress: bool = True, distributed: Optional[Worker] = None, merge: bool = False) -> dict:
     """Train and write (or finish writing) the zoo of ``settings`` into ``out``; return the manifest.
 
     Resuming into a folder made with other settings is an error naming the field; a recorded
     shard whose sha256 changed is refused; a file the manifest does not list is never overwritten.
+    ``distributed`` (this process is one :class:`~neuralgraph.data.shards.Worker` of many) and
+    ``merge`` (the step after the workers) are those of :class:`~neuralgraph.data.shards.FolderWriter`.
     """
     out = Path(out)
-    manifest = open_folder(out, ZOO_FOLDER, settings.to_dict(),
-                           choices={k: list(v) for k, v in CHOICES.items()}, shards=[])
-    manifest_path = out / MANIFEST
-    recorded = {s["file"]: s for s in manifest["shards"]}
+    writer = FolderWriter(out, ZOO_FOLDER, settings.to_dict(), distributed, merge,
+                          choices={k: list(v) for k, v in CHOICES.items()}, shards=[])
+    manifest = writer.manifest
     todo = []
     for k, first in enumerate(range(0, settings.networks, settings.shard_size)):
-        path = out / shard_name("zoo", k)
-        if shard_to_write(path, recorded, manifest_path):
-            todo.append((path, first, min(settings.shard_size, settings.networks - first)))
-    write_manifest(out, manifest)
+        path, count = out / shard_name("zoo", k), min(settings.shard_size, settings.networks - first)
+        if writer.plan(manifest["shards"], path, networks=count, first=first):
+            todo.append((path, first, count))
+    writer.start()
     if not todo:
         return manifest
     train = _mnist("train", settings.train_size, settings.source, root)
     test = _mnist("test", settings.test_size, settings.source, root)
-    done = sum(s["networks"] for s in manifest["shards"])
+    done = settings.networks - sum(count for _, _, count in todo)
     with tqdm(total=settings.networks, initial=done, unit="CNN", desc=f"make-cnn-zoo {out}", disable=not progress,
               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}]") as bar:
         for path, first, count in todo:
-            data = safetensors_bytes(train_shard(first, count, settings, train, test, bar))
-            commit_shard(out, manifest, manifest["shards"], path, data, networks=count, first=first)
+            writer.commit(path, safetensors_bytes(train_shard(first, count, settings, train, test, bar)))
     return manifest
 
 
@@ -327,7 +326,7 @@ class ZooBatch(NamedTuple):
     ``InrBatch.blocks`` does; ``None`` in a batch built by hand.
     """
 
-    graph: Batch  # parameter graphs, one layout
+    graph: Batch  # parameter graphs, one layout (or one per network, in a folder of mixed layouts)
     accuracy: Tensor  # [B] test accuracy of each network at its checkpoint
     index: Tensor  # [B] position of each entry in its split
     blocks: Optional[WeightBlocks] = None  # the networks' edge-feature blocks and biases, layer by layer
@@ -366,12 +365,18 @@ class CnnZooDataset(Dataset):
     15% test). A folder written by ``import-dataset`` holds its source's splits, one shard list
     each (``split_seed`` does not apply). Every shard's sha256 is checked against the manifest;
     an unfinished zoo is refused (rerun the command that wrote it to finish it).
+
+    A folder of mixed layouts (``mixed_layouts`` in its manifest: the CNN Wild Park) holds each
+    network's architecture next to its parameters; ``networks`` gives each one's architecture,
+    parameters and graph (:class:`~neuralgraph.data.formats.cnn_wild_park.WildParkNetworks`), and a
+    batch is its networks' graphs through :func:`~neuralgraph.graph.batch_graphs`, without ``blocks``.
     """
 
     def __init__(self, root: PathLike, split: str = "train", split_seed: int = 0):
         self.root = Path(root)
         manifest = read_manifest(self.root, ZOO_FOLDER)
         manifest_path = self.root / MANIFEST
+        self.mixed_layouts = bool(manifest.get("mixed_layouts"))
         if split not in SPLITS:
             raise ValueError(f"split {split!r}: expected one of {SPLITS}")
         if "imported" in manifest:
@@ -380,9 +385,12 @@ class CnnZooDataset(Dataset):
             tensors = self._generated_split(manifest, split, split_seed, manifest_path)
         self.split = split
         self.tensors = tensors
+        self.accuracy = self.tensors["test_accuracy"]
+        if self.mixed_layouts:
+            self.networks = cnn_wild_park.WildParkNetworks(tensors)
+            return
         self.weights = [self.tensors[f"{name}.weight"] for name in LAYERS]
         self.biases = [self.tensors[f"{name}.bias"] for name in LAYERS]
-        self.accuracy = self.tensors["test_accuracy"]
 
     def _generated_split(self, manifest: dict, split: str, split_seed: int, manifest_path: Path) -> dict[str, Tensor]:
         found = sum(s["networks"] for s in manifest["shards"])
@@ -414,6 +422,9 @@ class CnnZooDataset(Dataset):
     def _load_shard(self, record: dict) -> dict[str, Tensor]:
         path = self.root / record["file"]
         tensors = read_shard(path, record, "make-cnn-zoo")
+        if self.mixed_layouts:
+            cnn_wild_park.check_shard(tensors, path)
+            return tensors
         for key in (f"{name}.{kind}" for name in LAYERS for kind in ("weight", "bias")):
             if key not in tensors:
                 raise DatasetError(f"{path}: tensor {key!r} is missing")
@@ -429,6 +440,8 @@ class CnnZooDataset(Dataset):
     def batch(self, indices: Sequence[int] | Tensor) -> ZooBatch:
         """Entries ``indices`` as one :class:`ZooBatch` (a ``DataLoader``'s ``collate_fn``)."""
         index = torch.as_tensor(indices, dtype=torch.long)
+        if self.mixed_layouts:
+            return ZooBatch(batch_graphs([self.networks.graph(int(k)) for k in index]), self.accuracy[index], index)
         weights, biases = [w[index] for w in self.weights], [b[index] for b in self.biases]
         return ZooBatch(zoo_graph(weights, biases, self.tensors["activation"][index]), self.accuracy[index], index,
                         WeightBlocks.of(zoo_blocks(weights), biases))

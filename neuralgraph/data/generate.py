@@ -37,11 +37,9 @@ from neuralgraph.data.shards import (
     SPLITS,
     DatasetError,
     FolderFormat,
-    commit_shard,
-    open_folder,
+    FolderWriter,
+    Worker,
     shard_name,
-    shard_to_write,
-    write_manifest,
 )
 from neuralgraph.inr import DWS_MNIST, FitConfig, FitResult, SirenConvention, fit_inrs, preset
 
@@ -158,7 +156,8 @@ def _shard_tensors(digits: Digits, results: list[FitResult]) -> dict:
 
 def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[int] = None,
               settings: GenerationSettings = GenerationSettings(), device: str = "cpu",
-              root: Optional[PathLike] = None, progress: bool = True, workers: int = 1) -> dict:
+              root: Optional[PathLike] = None, progress: bool = True, workers: int = 1,
+              distributed: Optional[Worker] = None, merge: bool = False) -> dict:
     """Fit and write (or finish writing) the INRs of ``splits`` into ``out``; return the manifest.
 
     ``workers > 1`` (CPU only) fits in that many processes of one torch thread each: a shard is
@@ -167,13 +166,19 @@ def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[i
     ``workers``. On a CPU shared with other jobs this scales where one process with
     ``workers`` threads does not (docs/inr.md).
 
+    ``distributed``: this process is that :class:`~neuralgraph.data.shards.Worker` of a run spread
+    over processes or machines, fitting its share of the shards into its own record file; ``merge``
+    then verifies every worker's shards and writes the manifest a run alone would have written
+    (:class:`~neuralgraph.data.shards.FolderWriter`).
+
     Resuming into a folder whose manifest has other settings, or a split with another
     ``limit``, is an error naming the field; so is a recorded shard whose sha256 changed.
     """
     if workers < 1:
         raise ValueError(f"make_inrs: workers must be >= 1, got {workers}")
     out = Path(out)
-    manifest = open_folder(out, INR_FOLDER, settings.to_dict(), splits={})
+    writer = FolderWriter(out, INR_FOLDER, settings.to_dict(), distributed, merge, splits={})
+    manifest = writer.manifest
     manifest_path = out / MANIFEST
     plans = {}
     for split in splits:
@@ -187,25 +192,26 @@ def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[i
         plans[split] = digits
     todo = []  # (split, shard path, first index): every shard is checked before anything is written
     for split, digits in plans.items():
-        recorded = {s["file"]: s for s in manifest["splits"][split]["shards"]}
         for k, start in enumerate(range(0, len(digits), settings.shard_size)):
             path = out / shard_name(split, k)
-            if shard_to_write(path, recorded, manifest_path):
+            count = min(settings.shard_size, len(digits) - start)
+            if writer.plan(manifest["splits"][split]["shards"], path, count=count):
                 todo.append((split, path, start))
-    write_manifest(out, manifest)
+    writer.start()
+    if merge:
+        return manifest
     total = sum(len(d) for d in plans.values())
-    done = sum(sum(s["count"] for s in manifest["splits"][split]["shards"]) for split in plans)
     shards = []  # (split, path, digits, INR seeds) of each shard to write
     for split, path, start in todo:
         digits = plans[split]
         digits = Digits(*(a[start:start + settings.shard_size] for a in (digits.images, digits.labels, digits.indices)))
         seeds = [inr_seed(settings.seed, MNIST_SPLIT_OF[split], i) for i in digits.indices]
         shards.append((split, path, digits, seeds))
+    done = total - sum(len(digits.indices) for _, _, digits, _ in shards)
     with tqdm(total=total, initial=done, unit="INR", desc=f"make-inrs {out}", disable=not progress,
               dynamic_ncols=True) as bar, closing(_shard_fits(shards, settings, device, workers, bar)) as fits:
         for (split, path, digits, _), results in zip(shards, fits):
             # fitted (again, after a kill: fitting is deterministic, so the bytes are the same),
             # recorded, then renamed into place
-            data = safetensors_bytes(_shard_tensors(digits, results))
-            commit_shard(out, manifest, manifest["splits"][split]["shards"], path, data, count=len(digits.indices))
+            writer.commit(path, safetensors_bytes(_shard_tensors(digits, results)))
     return manifest

@@ -4,9 +4,11 @@ An INR source becomes a folder that :class:`~neuralgraph.data.inr_dataset.InrDat
 ``make-inrs`` format, with the source's SIREN convention and splits in the manifest); a CNN zoo
 becomes one that :class:`~neuralgraph.data.cnn_zoo.CnnZooDataset` reads. The import writes shards
 as the generators do (:mod:`neuralgraph.data.shards`): resumable after a kill, byte-identical on
-rerun, refusing a folder it does not own. Every source file is read with
-``torch.load(weights_only=True)``; a bad file stops the import with one line naming it and the key,
-before its shard is written.
+rerun, refusing a folder it does not own. The CNN Wild Park, networks of many layouts, becomes a
+CNN-zoo folder of mixed layouts (``mixed_layouts`` in its manifest), whose networks
+:class:`~neuralgraph.data.cnn_zoo.CnnZooDataset` rebuilds one graph each. Every source file is
+read with ``torch.load(weights_only=True)``; a bad file stops the import with one line naming it
+and the key, before its shard is written.
 
 MNIST images are attached to INRs whose source names their digit (the editing tasks need them),
 and each INR is rendered with the source's convention against its digit: a median PSNR under
@@ -24,10 +26,10 @@ from safetensors.torch import save as safetensors_bytes
 from tqdm import tqdm
 
 from neuralgraph.data import cnn_zoo, generate
-from neuralgraph.data.formats import FORMATS, InrEntry, small_cnn_zoo
+from neuralgraph.data.formats import FORMATS, InrEntry, cnn_wild_park, small_cnn_zoo
 from neuralgraph.data.formats.source import SourceError
 from neuralgraph.data.mnist import MNIST_SPLITS, MnistFileError, load_digits, locate
-from neuralgraph.data.shards import MANIFEST, DatasetError, commit_shard, open_folder, shard_name, shard_to_write, write_manifest
+from neuralgraph.data.shards import DatasetError, FolderWriter, Worker, shard_name
 from neuralgraph.inr import SirenConvention, psnr, render
 
 IMAGE_SOURCES = ("full", "embedded", "none")
@@ -69,15 +71,14 @@ class DigitLookup:
         return images[position[index]]
 
 
-def _shard_plan(out: Path, manifest: dict, split: str, count: int, shard_size: int, **entry) -> list[tuple[Path, int]]:
-    """Shards of ``split`` still to write, as ``(path, first entry)``; recorded ones are verified."""
-    record = manifest["splits"].setdefault(split, {"count": count, **entry, "shards": []})
+def _shard_plan(writer: FolderWriter, split: str, count: int, shard_size: int, **entry) -> list[tuple[Path, int]]:
+    """Plan the shards of ``split``; those this process writes, as ``(path, first entry)``."""
+    record = writer.manifest["splits"].setdefault(split, {"count": count, **entry, "shards": []})
     if record["count"] != count:
-        raise DatasetError(f"{out / MANIFEST}: split {split} holds {record['count']} entries, this import "
+        raise DatasetError(f"{writer.manifest_path}: split {split} holds {record['count']} entries, this import "
                            f"{count} (another --limit or source?)")
-    recorded = {s["file"]: s for s in record["shards"]}
-    return [(out / shard_name(split, k), first) for k, first in enumerate(range(0, count, shard_size))
-            if shard_to_write(out / shard_name(split, k), recorded, out / MANIFEST)]
+    return [(writer.out / shard_name(split, k), first) for k, first in enumerate(range(0, count, shard_size))
+            if writer.plan(record["shards"], writer.out / shard_name(split, k), count=min(shard_size, count - first))]
 
 
 def _inr_shard(reader, entries: Sequence[InrEntry], layout: tuple[int, ...], convention: SirenConvention,
@@ -110,7 +111,7 @@ def _inr_shard(reader, entries: Sequence[InrEntry], layout: tuple[int, ...], con
 
 
 def import_inrs(fmt: str, src: Path, out: Path, limit: Optional[int], options: dict, images: str,
-                shard_size: int, progress: bool) -> dict:
+                shard_size: int, progress: bool, distributed: Optional[Worker] = None, merge: bool = False) -> dict:
     reader = FORMATS[fmt]
     splits = reader.scan(src, **options)
     splits = {split: entries[:limit] for split, entries in splits.items()}
@@ -121,14 +122,14 @@ def import_inrs(fmt: str, src: Path, out: Path, limit: Optional[int], options: d
     settings = {"convention": convention.to_dict(), "shard_size": shard_size,
                 "imported": {"source_format": fmt, "source": str(src.resolve()), "limit": limit, "images": images,
                              "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}}}
-    manifest = open_folder(out, generate.INR_FOLDER, settings, splits={})
+    writer = FolderWriter(out, generate.INR_FOLDER, settings, distributed, merge, splits={})
     digits = None if images == "none" else DigitLookup(images)
     todo = []
     for split, entries in splits.items():
-        plan = _shard_plan(out, manifest, split, len(entries), shard_size, limit=limit,
+        plan = _shard_plan(writer, split, len(entries), shard_size, limit=limit,
                            mnist_indices=[e.mnist_index for e in entries])
         todo += [(split, path, entries[start:start + shard_size]) for path, start in plan]
-    write_manifest(out, manifest)
+    writer.start()
     total = sum(len(e) for e in splits.values())
     with tqdm(total=total, initial=total - sum(len(t[2]) for t in todo), unit="INR", desc=f"import {fmt}",
               disable=not progress, dynamic_ncols=True) as bar:
@@ -141,12 +142,12 @@ def import_inrs(fmt: str, src: Path, out: Path, limit: Optional[int], options: d
                         f"{entries[0].file}: its shard renders its MNIST digits at a median {median:.1f} dB PSNR "
                         f"(< {MIN_MEDIAN_PSNR}) with the {fmt} convention {reader.CONVENTION}: not MNIST digits of "
                         "this convention (FashionMNIST or CIFAR INRs need --images none)")
-            commit_shard(out, manifest, manifest["splits"][split]["shards"], path, safetensors_bytes(tensors),
-                         count=len(entries))
-    return manifest
+            writer.commit(path, safetensors_bytes(tensors))
+    return writer.manifest
 
 
-def import_zoo(src: Path, out: Path, limit: Optional[int], options: dict, shard_size: int, progress: bool) -> dict:
+def import_zoo(src: Path, out: Path, limit: Optional[int], options: dict, shard_size: int, progress: bool,
+               distributed: Optional[Worker] = None, merge: bool = False) -> dict:
     source = small_cnn_zoo.scan(src, **options)
     if len(source.layers) != len(cnn_zoo.LAYERS) or any(len(l.kernel[1]) != 4 for l in source.layers[:-1]):
         raise SourceError(f"{src / 'layout.csv'}: {len(source.layers)} layers; the Small CNN Zoo has three 3x3 "
@@ -163,13 +164,13 @@ def import_zoo(src: Path, out: Path, limit: Optional[int], options: dict, shard_
                 "imported": {"source_format": "small-cnn-zoo", "source": str(src.resolve()), "limit": limit,
                              "options": {k: (str(v) if isinstance(v, Path) else (list(v) if isinstance(v, tuple) else v))
                                          for k, v in options.items()}}}
-    manifest = open_folder(out, cnn_zoo.ZOO_FOLDER, settings, splits={})
+    writer = FolderWriter(out, cnn_zoo.ZOO_FOLDER, settings, distributed, merge, splits={})
     rows = {split: r[:limit] for split, r in source.splits.items()}
     todo = []
     for split, split_rows in rows.items():
         todo += [(split, path, split_rows[start:start + shard_size])
-                 for path, start in _shard_plan(out, manifest, split, len(split_rows), shard_size)]
-    write_manifest(out, manifest)
+                 for path, start in _shard_plan(writer, split, len(split_rows), shard_size)]
+    writer.start()
     total = sum(len(r) for r in rows.values())
     with tqdm(total=total, initial=total - sum(len(t[2]) for t in todo), unit="CNN", desc="import small-cnn-zoo",
               disable=not progress, dynamic_ncols=True) as bar:
@@ -186,17 +187,44 @@ def import_zoo(src: Path, out: Path, limit: Optional[int], options: dict, shard_
             tensors["row"] = torch.from_numpy(shard_rows.astype(np.int64))
             tensors["activation"] = torch.tensor([cnn_zoo.ACTIVATIONS.index(a) for a in activations[shard_rows]],
                                                  dtype=torch.int64)
-            commit_shard(out, manifest, manifest["splits"][split]["shards"], path,
-                         safetensors_bytes({k: v.contiguous() for k, v in tensors.items()}), count=len(shard_rows))
+            writer.commit(path, safetensors_bytes({k: v.contiguous() for k, v in tensors.items()}))
             bar.update(len(shard_rows))
-    return manifest
+    return writer.manifest
+
+
+def import_wild_park(src: Path, out: Path, limit: Optional[int], options: dict, shard_size: int, progress: bool,
+                     distributed: Optional[Worker] = None, merge: bool = False) -> dict:
+    """The CNN Wild Park's split file order, each checkpoint read and checked as its shard is
+    assembled (:func:`~neuralgraph.data.formats.cnn_wild_park.shard_tensors`)."""
+    splits = {split: entries[:limit] for split, entries in cnn_wild_park.scan(src, **options).items()}
+    settings = {"shard_size": shard_size, "mixed_layouts": True, "edge_features": cnn_wild_park.EDGE_FEATURES,
+                "choices": {"activation": list(cnn_wild_park.ACTIVATIONS)},
+                "architecture": cnn_wild_park.ARCHITECTURE,
+                "imported": {"source_format": "cnn-wild-park", "source": str(src.resolve()), "limit": limit,
+                             "options": {k: str(v) for k, v in options.items()}}}
+    writer = FolderWriter(out, cnn_zoo.ZOO_FOLDER, settings, distributed, merge, splits={})
+    todo = []
+    for split, entries in splits.items():
+        todo += [(path, entries[start:start + shard_size])
+                 for path, start in _shard_plan(writer, split, len(entries), shard_size)]
+    writer.start()
+    total = sum(len(e) for e in splits.values())
+    with tqdm(total=total, initial=total - sum(len(t[1]) for t in todo), unit="CNN", desc="import cnn-wild-park",
+              disable=not progress, dynamic_ncols=True) as bar:
+        for path, entries in todo:
+            writer.commit(path, safetensors_bytes(cnn_wild_park.shard_tensors(entries, bar.update)))
+    return writer.manifest
 
 
 def import_dataset(fmt: str, src, out, limit: Optional[int] = None, splits_file=None, images: Optional[str] = None,
-                   shard_size: int = 1000, progress: bool = True, **options) -> dict:
+                   shard_size: int = 1000, progress: bool = True, distributed: Optional[Worker] = None,
+                   merge: bool = False, **options) -> dict:
     """Import ``src`` (a folder of format ``fmt``, :data:`~neuralgraph.data.formats.FORMATS`) into ``out``;
     return the manifest. ``limit``: the first ``limit`` entries of each split. ``options``: the
-    format's own (``prefix``, ``augmented``, ``split_points``; ``steps``, ``activations``, ``order_header``)."""
+    format's own (``prefix``, ``augmented``, ``split_points``; ``steps``, ``activations``, ``order_header``;
+    ``cnn-wild-park`` has none: its split file is ``splits_file``, by default ``cnn_park_splits.json`` in ``src``).
+    ``distributed`` and ``merge``: one worker of many, or their merge
+    (:class:`~neuralgraph.data.shards.FolderWriter`)."""
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {sorted(FORMATS)}")
     if limit is not None and limit < 1:
@@ -206,6 +234,8 @@ def import_dataset(fmt: str, src, out, limit: Optional[int] = None, splits_file=
         raise SourceError(f"{src}: not a folder")
     if splits_file is not None:
         options["splits_file"] = Path(splits_file)
+    if FORMATS[fmt].KIND == "mixed-cnn-zoo":
+        return import_wild_park(src, out, limit, options, shard_size, progress, distributed, merge)
     if FORMATS[fmt].KIND == "cnn-zoo":
-        return import_zoo(src, out, limit, options, shard_size, progress)
-    return import_inrs(fmt, src, out, limit, options, image_source(images), shard_size, progress)
+        return import_zoo(src, out, limit, options, shard_size, progress, distributed, merge)
+    return import_inrs(fmt, src, out, limit, options, image_source(images), shard_size, progress, distributed, merge)

@@ -6,14 +6,20 @@ the folder's format (:class:`FolderFormat`). A writer (:func:`open_folder`, :fun
 :func:`commit_shard`) resumes after a kill (a shard is written to ``<name>.tmp``, recorded, then
 renamed), reruns byte-identically, verifies what the manifest lists and refuses files it does not
 list; readers check each shard's sha256. Every error names the file.
+
+A folder can also be written by many processes or machines at once (:class:`FolderWriter`): each
+:class:`Worker` writes its share of the planned shards and records them in its own file
+``worker-{i}-of-{N}.json``, never in the manifest; a merge verifies every planned shard and writes
+the manifest a run alone would have written. Readers refuse a folder with unmerged worker records.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
@@ -35,6 +41,37 @@ class FolderFormat(NamedTuple):
     command: str
 
 
+class Worker(NamedTuple):
+    """Worker ``index`` (from 0) of ``count`` sharing a folder: it writes the planned shards ``k``
+    with ``k % count == index`` (round robin, so every worker gets about as many INRs or networks)."""
+
+    index: int
+    count: int
+
+    @property
+    def record(self) -> str:
+        """Name of the file that records this worker's shards."""
+        return f"worker-{self.index}-of-{self.count}.json"
+
+
+WORKER_RECORD = re.compile(r"worker-(\d+)-of-(\d+)\.json")
+
+
+def worker_records(out: Path) -> list[Path]:
+    """The worker record files in ``out`` (none if ``out`` is not a folder)."""
+    return sorted(p for p in out.iterdir() if WORKER_RECORD.fullmatch(p.name)) if out.is_dir() else []
+
+
+def refuse_unmerged(out: Path, folder: FolderFormat) -> None:
+    """One line naming the merge when ``out`` holds worker records not yet merged into its manifest."""
+    records = worker_records(out)
+    if records:
+        names = ", ".join(p.name for p in records[:3]) + ", ..." * (len(records) > 3)
+        raise DatasetError(f"{out}: worker records ({names}) "
+                           f"not merged into {MANIFEST}; when every worker is done, run the workers' "
+                           f"`neuralgraph {folder.command}` command once more with --merge")
+
+
 def shard_name(group: str, k: int) -> str:
     """File name of shard ``k`` of ``group`` (a split, or ``zoo``): ``<group>-00000.safetensors``."""
     return f"{group}-{k:05d}.safetensors"
@@ -46,8 +83,13 @@ def sha256_file(path: Path) -> str:
 
 def read_manifest(root: PathLike, folder: FolderFormat) -> dict:
     """The manifest of a dataset folder of kind ``folder``; a clear error when it is missing,
-    unreadable or of another format."""
-    path = Path(root) / MANIFEST
+    unreadable, of another format, or when worker records await their merge."""
+    refuse_unmerged(Path(root), folder)
+    return _load_manifest(Path(root), folder)
+
+
+def _load_manifest(root: Path, folder: FolderFormat) -> dict:
+    path = root / MANIFEST
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError as err:
@@ -59,14 +101,14 @@ def read_manifest(root: PathLike, folder: FolderFormat) -> dict:
     return manifest
 
 
-def check_settings(manifest: dict, expected: dict, path: Path) -> None:
-    """Error naming the first field of ``expected`` whose manifest value differs."""
+def check_settings(manifest: dict, expected: dict, path: Path, source: str = "the manifest") -> None:
+    """Error naming the first field of ``expected`` whose value in ``manifest`` (read from ``source``) differs."""
     for key, value in expected.items():
         found = manifest.get(key)
         if isinstance(value, dict) and isinstance(found, dict):
-            check_settings(found, value, path)
+            check_settings(found, value, path, source)
         elif found != value:
-            raise DatasetError(f"{path}: {key} is {found!r} in the manifest, but this run uses {value!r}")
+            raise DatasetError(f"{path}: {key} is {found!r} in {source}, but this run uses {value!r}")
 
 
 def temporary(path: Path) -> Path:
@@ -81,10 +123,14 @@ def write_durable(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
-def write_manifest(root: Path, manifest: dict) -> None:
-    path = root / MANIFEST
-    write_durable(temporary(path), (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+def write_json(path: Path, data: dict) -> None:
+    """``data`` as JSON into ``path``, by ``<path>.tmp`` then rename (a kill leaves the old file whole)."""
+    write_durable(temporary(path), (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
     os.replace(temporary(path), path)
+
+
+def write_manifest(root: Path, manifest: dict) -> None:
+    write_json(root / MANIFEST, manifest)
 
 
 def refuse_unowned_files(out: Path) -> None:
@@ -101,6 +147,7 @@ def open_folder(out: Path, folder: FolderFormat, settings: dict, **empty) -> dic
     fields. Nothing is written yet."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / MANIFEST
+    refuse_unmerged(out, folder)
     if path.exists():
         manifest = read_manifest(out, folder)
         check_settings(manifest, settings, path)
@@ -109,14 +156,14 @@ def open_folder(out: Path, folder: FolderFormat, settings: dict, **empty) -> dic
     return {"format": folder.name, **settings, **empty}
 
 
-def _verify_recorded_shard(path: Path, record: dict) -> None:
-    """A shard the manifest lists: finish its rename if a kill interrupted it, then check its sha256."""
+def _verify_recorded_shard(path: Path, record: dict, source: str = "the manifest") -> None:
+    """A shard ``source`` lists: finish its rename if a kill interrupted it, then check its sha256."""
     if not path.exists() and temporary(path).exists() and sha256_file(temporary(path)) == record["sha256"]:
         os.replace(temporary(path), path)
     if not path.exists():
-        raise DatasetError(f"{path}: listed in the manifest but missing")
+        raise DatasetError(f"{path}: listed in {source} but missing")
     if sha256_file(path) != record["sha256"]:
-        raise DatasetError(f"{path}: sha256 differs from the manifest's; the shard is corrupt")
+        raise DatasetError(f"{path}: sha256 differs from the one in {source}; the shard is corrupt")
 
 
 def shard_to_write(path: Path, recorded: dict, manifest_path: Path) -> bool:
@@ -151,3 +198,165 @@ def read_shard(path: Path, record: dict, command: str) -> dict:
         return load_safetensors(path.read_bytes())
     except (SafetensorError, ValueError) as err:
         raise DatasetError(f"{path}: not a readable safetensors file ({err})") from err
+
+
+class FolderWriter:
+    """Writes the planned shards of a folder alone, as one :class:`Worker` of many, or merges.
+
+    Alone (``distributed`` None, no ``merge``) the manifest records each shard as it is written,
+    as :func:`commit_shard` does. A worker writes only its share of the plan and records each of
+    its shards (file, fields, sha256) in its own ``worker-{i}-of-{N}.json`` beside the run's
+    settings and plan, by the same ``.tmp``-record-rename steps, so a killed worker resumes by
+    running again and no two workers write one file; it is refused if the folder's manifest or
+    another worker's record holds other settings, another plan or another worker count. A merge
+    writes no shard: it verifies every planned shard the manifest does not list against the
+    worker record listing it, writes the manifest a run alone would have written (shards in plan
+    order), then removes the records.
+
+    Use: :meth:`plan` every shard, in the same order in every role; :meth:`start`; then
+    :meth:`commit` each shard :meth:`plan` said to write.
+    """
+
+    def __init__(self, out: Path, folder: FolderFormat, settings: dict, distributed: Optional[Worker] = None,
+                 merge: bool = False, **empty):
+        if distributed is not None and merge:
+            raise ValueError("a merge is no worker: it takes every worker's records (no worker index)")
+        if distributed is not None and not 0 <= distributed.index < distributed.count:
+            raise ValueError(f"worker index {distributed.index} of {distributed.count}: "
+                             f"expected 0 .. {distributed.count - 1}")
+        self.out, self.folder, self.settings = out, folder, settings
+        self.distributed, self.merging = distributed, merge
+        self.manifest_path = out / MANIFEST
+        self.planned: list[tuple[list, Path, dict]] = []  # (manifest's record list, path, fields) of each shard
+        self.pending = 0
+        if distributed is None and not merge:
+            self.manifest = open_folder(out, folder, settings, **empty)
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        if self.manifest_path.exists():
+            self.manifest = _load_manifest(out, folder)
+            check_settings(self.manifest, settings, self.manifest_path)
+        else:
+            self.manifest = {"format": folder.name, **settings, **empty}
+        self.shards: list[dict] = []  # this worker's recorded shards
+        if distributed is not None and (out / distributed.record).exists():
+            self.shards = self._load_record(out / distributed.record)["shards"]
+
+    def plan(self, records: list, path: Path, **fields) -> bool:
+        """Plan the next shard, ``path``, listed in ``records`` of the manifest with ``fields``; whether
+        this process writes it (a shard already recorded is verified instead: alone here, as a worker
+        in :meth:`start`, once the folder is checked)."""
+        k = len(self.planned)
+        self.planned.append((records, path, fields))
+        if self.distributed is None and not self.merging:
+            todo = shard_to_write(path, {s["file"]: s for s in records}, self.manifest_path)
+        else:
+            todo = (not self.merging and k % self.distributed.count == self.distributed.index
+                    and not any(s["file"] == path.name for s in records + self.shards))
+        self.pending += todo
+        return todo
+
+    def start(self) -> None:
+        """After planning: save the manifest (alone), check the folder and save the worker's record
+        (worker), or merge the workers' records into the manifest (merge)."""
+        if self.distributed is None and not self.merging:
+            write_manifest(self.out, self.manifest)
+        elif self.merging:
+            self._merge()
+        else:
+            self._check_folder()
+            own = {s["file"]: s for s in self.shards}
+            for records, path, _ in self.planned[self.distributed.index::self.distributed.count]:
+                listed = {s["file"]: s for s in records}
+                if path.name in listed:
+                    _verify_recorded_shard(path, listed[path.name])
+                else:
+                    shard_to_write(path, own, self.out / self.distributed.record)
+            if self.pending:
+                self._write_record()
+
+    def commit(self, path: Path, data: bytes) -> None:
+        """Write the planned shard ``path``: ``<path>.tmp``, its record (the manifest's, or the
+        worker's), then the rename."""
+        records, _, fields = next(p for p in self.planned if p[1] == path)
+        if self.distributed is None:
+            commit_shard(self.out, self.manifest, records, path, data, **fields)
+            return
+        write_durable(temporary(path), data)
+        self.shards.append({"file": path.name, **fields, "sha256": hashlib.sha256(data).hexdigest()})
+        self._write_record()
+        os.replace(temporary(path), path)
+
+    def _plan_entries(self) -> list[dict]:
+        return [{"file": path.name, **fields} for _, path, fields in self.planned]
+
+    def _write_record(self) -> None:
+        write_json(self.out / self.distributed.record,
+                   {"format": self.folder.name, "worker": self.distributed.index, "workers": self.distributed.count,
+                    "settings": self.settings, "plan": self._plan_entries(), "shards": self.shards})
+
+    def _load_record(self, path: Path) -> dict:
+        try:
+            record = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise DatasetError(f"{path}: not valid JSON ({err})") from err
+        if record.get("format") != self.folder.name:
+            raise DatasetError(f"{path}: format {record.get('format')!r}, expected {self.folder.name!r}")
+        return record
+
+    def _read_record(self, path: Path) -> dict:
+        """A worker record, checked against this run: format, settings and plan."""
+        record = self._load_record(path)
+        check_settings(record["settings"], self.settings, path, "this worker record")
+        theirs, ours = record["plan"], self._plan_entries()
+        if theirs != ours:
+            k = next((k for k, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+            raise DatasetError(f"{path}: plans {len(theirs)} shards, this run {len(ours)}; shard {k} is "
+                               f"{theirs[k] if k < len(theirs) else None} there, {ours[k] if k < len(ours) else None} "
+                               "here (another --split or --limit?)")
+        return record
+
+    def _check_folder(self) -> None:
+        """Before a worker writes: every worker record agrees with this run (worker count, settings,
+        plan) and, in a folder without a manifest, every other file is a planned shard."""
+        planned = {path.name for _, path, _ in self.planned} | {MANIFEST}
+        owned = self.manifest_path.exists()  # then, as for a run alone, only planned files are checked
+        for path in sorted(self.out.iterdir()):
+            name = path.name[:-len(".tmp")] if path.name.endswith(".tmp") else path.name
+            match = WORKER_RECORD.fullmatch(name)
+            if match and int(match.group(2)) != self.distributed.count:
+                raise DatasetError(f"{path}: a record of a run of {match.group(2)} workers, this one has "
+                                   f"{self.distributed.count}; run every worker with the same number of workers")
+            if not match and not owned and name not in planned:
+                raise DatasetError(f"{path}: not a shard this run plans; refusing to write into {self.out} "
+                                   "(another --split or --limit? or use an empty or new folder)")
+            if match and path.name == name:
+                self._read_record(path)
+
+    def _merge(self) -> None:
+        recorded = {}  # file name -> (record path, shard entry)
+        counts = set()
+        for path in worker_records(self.out):
+            record = self._read_record(path)
+            counts.add(record["workers"])
+            recorded.update({entry["file"]: (path, entry) for entry in record["shards"]})
+        if len(counts) > 1:
+            raise DatasetError(f"{self.out}: worker records of runs of {sorted(counts)} workers; "
+                               "every worker of a folder runs with the same number of workers")
+        count = counts.pop() if counts else None
+        for k, (records, path, _) in enumerate(self.planned):
+            listed = {s["file"]: s for s in records}
+            if path.name in listed:
+                _verify_recorded_shard(path, listed[path.name])
+                continue
+            if path.name not in recorded:
+                owner = f"worker {k % count} of {count}" if count else "no worker record in the folder"
+                raise DatasetError(f"{path}: planned but recorded by no worker ({owner}: run it to finish, "
+                                   "then merge again)")
+            record_path, entry = recorded[path.name]
+            _verify_recorded_shard(path, entry, record_path.name)
+            records.append(entry)
+        write_manifest(self.out, self.manifest)
+        for path in worker_records(self.out):
+            path.unlink()
+            temporary(path).unlink(missing_ok=True)

@@ -22,6 +22,11 @@ The two norms can only separate pairs the full row/column already separates (equ
 have equal norms); they are listed because they are cheap permutation-invariant scalars a
 model can read, and with them the tie counts show how much each summary keeps.
 
+*Invariant GP* (:func:`invariant_tie_matrices`) keeps only scalar separators that hidden
+permutations of the *neighbouring* layers leave unchanged: bias, incoming row sum and norm,
+outgoing column sum and norm. Whole rows and columns are dropped, because their entries are
+ordered by the neighbouring layers' neurons.
+
 With ``group="sign"`` (odd activations) or ``group="scale"`` (ReLU) the audit runs on the
 canonical scaling of the network (:mod:`neuralgraph.theory.scaling`), so two neurons tie when
 they tie after fixing each neuron's sign (or scale): GP up to that group.
@@ -41,6 +46,8 @@ from neuralgraph.graph.build import _check_blocks
 from neuralgraph.theory.scaling import canonical_scaling
 
 SEPARATORS = ("bias", "incoming_row", "outgoing_column", "incoming_row_norm", "outgoing_column_norm")
+INVARIANT_SEPARATORS = ("bias", "incoming_row_sum", "outgoing_column_sum", "incoming_row_norm", "outgoing_column_norm")
+KNOWN_SEPARATORS = SEPARATORS + INVARIANT_SEPARATORS[1:3]
 
 
 def as_batched_mlp(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor], bool]:
@@ -64,18 +71,20 @@ def layout_of(weights: Sequence[Tensor]) -> Layout:
 def separator_values(weights: Sequence[Tensor], biases: Sequence[Tensor], layer: int, separator: str) -> Tensor:
     """Values of ``separator`` for the neurons of hidden ``layer`` (1-based): ``[B, d_layer, k]``.
 
-    ``weights``/``biases`` are batched (see :func:`as_batched_mlp`). Norms are computed in
-    float64 so that rounding cannot merge two different norms.
+    ``weights``/``biases`` are batched (see :func:`as_batched_mlp`). Sums and norms are
+    computed in float64 so that rounding cannot merge two different values.
     """
     if not 1 <= layer < len(weights):
         raise ValueError(f"layer {layer} is not a hidden layer of a {len(weights)}-layer network")
-    if separator not in SEPARATORS:
-        raise ValueError(f"unknown separator {separator!r}; expected one of {SEPARATORS}")
+    if separator not in KNOWN_SEPARATORS:
+        raise ValueError(f"unknown separator {separator!r}; expected one of {KNOWN_SEPARATORS}")
     if separator == "bias":
         return biases[layer - 1].unsqueeze(-1)
     vectors = weights[layer - 1] if separator.startswith("incoming") else weights[layer].transpose(1, 2)
     if separator.endswith("_norm"):
         return vectors.double().norm(dim=-1, keepdim=True)
+    if separator.endswith("_sum"):
+        return vectors.double().sum(dim=-1, keepdim=True)
     return vectors
 
 
@@ -96,6 +105,25 @@ def tie_matrices(weights: Sequence[Tensor], biases: Sequence[Tensor], separators
     return ties
 
 
+def invariant_tie_matrices(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> list[Tensor]:
+    r"""Per hidden layer, ``[B, d, d]`` bool: ``i != j`` tie on all five invariant separators.
+
+    Neurons ``i != j`` of hidden layer ``l`` tie when
+
+    .. math::
+
+        b_l[i] = b_l[j], \quad \textstyle\sum W_l[i,:] = \sum W_l[j,:], \quad \|W_l[i,:]\|_2 = \|W_l[j,:]\|_2,
+        \quad \textstyle\sum W_{l+1}[:,i] = \sum W_{l+1}[:,j], \quad \|W_{l+1}[:,i]\|_2 = \|W_{l+1}[:,j]\|_2.
+
+    The network is in invariant GP when no pair ties: the five-tuples are then distinct, so
+    sorting them lexicographically orders each layer on its own, whatever the order of the
+    other layers. These are the per-neuron invariants that one equivariant weight-space layer
+    (DWSNets, NFN) reads by pooling a neuron's row and column, linearly or after squaring.
+    This criterion is defined here; it is not taken from a published table.
+    """
+    return tie_matrices(weights, biases, INVARIANT_SEPARATORS)
+
+
 def _count_pairs(ties: list[Tensor]) -> Tensor:
     """Unordered tied pairs per network, summed over hidden layers: ``[B]``."""
     return sum(t.flatten(1).sum(dim=1) for t in ties) // 2
@@ -105,13 +133,15 @@ def _count_pairs(ties: list[Tensor]) -> Tensor:
 class GPAudit:
     """GP status of a batch of networks of one layout.
 
-    ``bias_ties[l-1]`` and ``combined_ties[l-1]`` are the ``[B, d_l, d_l]`` tie matrices of
-    hidden layer ``l`` for the bias separator alone and for all five separators.
+    ``bias_ties[l-1]``, ``combined_ties[l-1]`` and ``invariant_ties[l-1]`` are the
+    ``[B, d_l, d_l]`` tie matrices of hidden layer ``l`` for the bias separator alone, for the
+    five :data:`SEPARATORS` and for the five :data:`INVARIANT_SEPARATORS`.
     """
 
     layout: Layout
     bias_ties: list[Tensor]
     combined_ties: list[Tensor]
+    invariant_ties: list[Tensor]
 
     @property
     def bias_tied_pairs(self) -> Tensor:
@@ -124,6 +154,11 @@ class GPAudit:
         return _count_pairs(self.combined_ties)
 
     @property
+    def invariant_tied_pairs(self) -> Tensor:
+        """Pairs of hidden neurons no invariant separator tells apart, per network: ``[B]``."""
+        return _count_pairs(self.invariant_ties)
+
+    @property
     def in_gp(self) -> Tensor:
         """``[B]`` bool: every hidden layer has pairwise distinct biases."""
         return self.bias_tied_pairs == 0
@@ -133,9 +168,19 @@ class GPAudit:
         """``[B]`` bool: every pair of hidden neurons is separated by some separator."""
         return self.combined_tied_pairs == 0
 
-    def tied_neurons(self, network: int = 0, combined: bool = False) -> dict[int, list[tuple[int, int]]]:
-        """Tied pairs ``(i, j)``, ``i < j``, of one network, keyed by hidden layer (1-based)."""
-        ties = self.combined_ties if combined else self.bias_ties
+    @property
+    def in_invariant_gp(self) -> Tensor:
+        """``[B]`` bool: every pair of hidden neurons is separated by some invariant separator."""
+        return self.invariant_tied_pairs == 0
+
+    def tied_neurons(self, network: int = 0, combined: bool = False, invariant: bool = False) -> dict[int, list[tuple[int, int]]]:
+        """Tied pairs ``(i, j)``, ``i < j``, of one network, keyed by hidden layer (1-based).
+
+        Bias ties by default; ``combined`` or ``invariant`` for those criteria's ties.
+        """
+        if combined and invariant:
+            raise ValueError("tied_neurons: choose combined or invariant, not both")
+        ties = self.combined_ties if combined else self.invariant_ties if invariant else self.bias_ties
         found = {}
         for layer, tied in enumerate(ties, start=1):
             pairs = torch.triu(tied[network], diagonal=1).nonzero().tolist()
@@ -156,4 +201,5 @@ def audit_gp(weights: Sequence[Tensor], biases: Sequence[Tensor], group: Optiona
         layout=layout_of(weights),
         bias_ties=tie_matrices(weights, biases, ("bias",)),
         combined_ties=tie_matrices(weights, biases, SEPARATORS),
+        invariant_ties=invariant_tie_matrices(weights, biases),
     )

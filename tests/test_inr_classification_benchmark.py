@@ -1,0 +1,95 @@
+"""The INR classification benchmark: its smoke protocol end to end, and the runner's bookkeeping on stand-in fits."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import inr_classification as bench  # noqa: E402
+from neuralgraph.nn import METANETS  # noqa: E402
+
+
+def benchmark(tmp_path, data_root, *extra):
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "inr_classification.py"), "--protocol", "smoke",
+                           "--data-root", str(data_root), "--out", str(tmp_path / "runs"),
+                           "--results", str(tmp_path / "results"), *extra],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_smoke_protocol_records_accuracies_and_a_rerun_skips_them(tiny_inrs, tmp_path):
+    run = benchmark(tmp_path, tiny_inrs, "--archs", "dws", "nfn_np")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (raw,) = (tmp_path / "results").glob("inr_classification_smoke_*.json")
+    runs = json.loads(raw.read_text())["runs"]
+    assert [(r["arch"], r["seed"]) for r in runs] == [("dws", 0), ("nfn_np", 0)]
+    assert all(0 <= r["test_accuracy"] <= 1 and r["parameters"] > 0 and r["hidden_dim"] == 8 for r in runs)
+    table = raw.with_suffix(".md").read_text()
+    assert "| dws | " in table and "| 85.71 (DWS) | 67.06 (DWS) |" in table
+    assert "| ng_gnn | not run yet | 91.40 (NG-GNN); 94.7 (NG-GNN-64) | 68.00 (NG-GNN); 74.2 (NG-GNN-64) |" in table
+    assert "Not run yet (7 of the protocol's runs): gmn seed 0, ng_gnn seed 0" in table
+
+    again = benchmark(tmp_path, tiny_inrs, "--archs", "dws", "nfn_np")
+    assert again.returncode == 0 and again.stdout.count("skipped") == 2
+    assert json.loads(raw.read_text())["runs"] == runs
+
+
+def fake_fit(calls, fail_at=None):
+    """Stands in for the fit subprocess: writes the result a run would, or fails on call ``fail_at``;
+    other subprocesses (``platform`` asks ``uname``) run as they are."""
+    real_run = subprocess.run
+
+    def run(command, *args, **kwargs):
+        if "--run-one" not in command:
+            return real_run(command, *args, **kwargs)
+        calls.append(command)
+        if len(calls) == fail_at:
+            raise subprocess.CalledProcessError(-9, command)
+        bench.write_atomic(Path(command[command.index("--run-one") + 1]), json.dumps({
+            "test_accuracy": 0.1 * len(calls), "best_val_loss": 1.0, "parameters": 10, "hidden_dim": 8, "epochs": 1,
+            "wall_s": 1.0, "resumed": False, "peak_rss_mb": 1.0, "peak_cuda_mb": None, "device": "cpu"}))
+
+    return run
+
+
+def smoke(tmp_path, *extra):
+    return bench.main(["--protocol", "smoke", "--archs", "gmn", "dws", "--seeds", "0", "1", "--data-root",
+                       str(tmp_path), "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *extra])
+
+
+def test_a_killed_invocation_keeps_its_finished_runs_and_the_next_one_continues(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench.subprocess, "run", fake_fit(calls, fail_at=3))
+    with pytest.raises(subprocess.CalledProcessError):
+        smoke(tmp_path)
+    (raw,) = (tmp_path / "results").glob("inr_classification_smoke_*.json")
+    assert [(r["arch"], r["seed"]) for r in json.loads(raw.read_text())["runs"]] == [("gmn", 0), ("gmn", 1)]
+    assert "| gmn | 15.00 ± 7.07 (2) |" in raw.with_suffix(".md").read_text()
+
+    assert smoke(tmp_path) == 0 and len(calls) == 5  # the recorded runs were not rerun
+    assert [(r["arch"], r["seed"]) for r in json.loads(raw.read_text())["runs"]][2:] == [("dws", 0), ("dws", 1)]
+    assert smoke(tmp_path) == 0 and len(calls) == 5
+
+
+def test_a_recorded_run_made_with_other_settings_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench.subprocess, "run", fake_fit([]))
+    smoke(tmp_path)
+    monkeypatch.setitem(bench.PROTOCOLS["smoke"], "trainer", {"max_epochs": 2})
+    with pytest.raises(ValueError, match=r"gmn k=1 seed=0 was run with trainer=\{'max_epochs': 1\}"):
+        smoke(tmp_path)
+
+
+@pytest.mark.parametrize("arch", sorted(METANETS))
+def test_every_config_is_its_architecture_at_the_gmn_budget(arch):
+    init_args = yaml.safe_load((bench.CONFIGS / f"{arch}.yaml").read_text())["model"]["init_args"]
+    assert init_args["metanet"] == arch and init_args["metanet_config"] == bench.budget_config(arch)
+    target = bench.classifier_parameters(*bench.REFERENCE)
+    assert abs(bench.classifier_parameters(arch, init_args["metanet_config"]) - target) <= 0.05 * target
+
+
+def test_cpu_protocol_runs_every_architecture_with_seed_zero_first():
+    plan = bench.PROTOCOLS["cpu"]["plan"]
+    assert plan[0] == (tuple(METANETS), (0,)) and bench.PROTOCOLS["cpu"]["data"]["preset"] == "dws-released"
