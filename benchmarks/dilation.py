@@ -40,17 +40,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
 from neuralgraph.nn import METANETS
-from runner import fit_and_record, fit_arguments
+from runner import fit_and_record, fit_arguments, load_runs, recorded, run_missing, select_runs, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -220,39 +218,6 @@ def run_one(argv: list[str], result_path: Path) -> None:
                                           **record}, indent=2))
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (a kill leaves the old file)."""
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
-
-
-def load_runs(path: Path) -> list[dict]:
-    """The runs recorded in a results JSON (none when it does not exist yet)."""
-    if not path.exists():
-        return []
-    try:
-        return json.loads(path.read_text())["runs"]
-    except (json.JSONDecodeError, KeyError) as err:
-        raise ValueError(f"{path}: not a results file of this benchmark ({err})") from err
-
-
-def recorded(runs: list[dict], arch: str, k: int, seed: int, settings: dict, path: Path) -> bool:
-    """Whether ``runs`` holds (arch, k, seed); ValueError naming the field when it ran with other settings."""
-    for run in runs:
-        if (run["arch"], run["k"], run["seed"]) == (arch, k, seed):
-            for key, value in settings.items():
-                ran = run["settings"].get(key, RECORDED_BEFORE.get(key))
-                if ran != value:
-                    raise ValueError(f"{path}: {arch} k={k} seed={seed} was run with {key}={ran}, "
-                                     f"this protocol asks {value}; move the file away or pass --results DIR")
-            return True
-    return False
-
-
 def seeds_cell(values: list[float]) -> str:
     """``mean ± std (n)`` of values over seeds, ``mean (1)`` for one, ``not run yet`` for none."""
     if not values:
@@ -308,11 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     data_root = args.data_root or ROOT / "data" / f"inrs-{args.protocol}"
     plan = list(dict.fromkeys(  # the protocol's runs in its order, each once
         (arch, k, seed) for archs, ks, seeds in protocol["plan"] for arch in archs for k in ks for seed in seeds))
-    todo = [(arch, k, seed) for arch, k, seed in plan
-            if (args.archs is None or arch in args.archs) and (args.k is None or k in args.k)
-            and (args.seeds is None or seed in args.seeds)]
-    if args.archs and args.k and args.seeds:  # a full selection may ask for runs beyond the plan
-        todo = [(arch, k, seed) for arch in args.archs for k in args.k for seed in args.seeds]
+    todo = select_runs(plan, args.archs, args.k, args.seeds)
     machine = machine_name()
     args.results.mkdir(parents=True, exist_ok=True)
     stem = args.results / f"dilation_{args.protocol}_{machine}"
@@ -327,21 +288,9 @@ def main(argv: list[str] | None = None) -> int:
         write_atomic(stem.with_suffix(".md"),
                      summarize(runs, args.protocol, machine, [run for run in plan if run not in done]))
 
-    for arch, k, seed in todo:
-        if recorded(runs, arch, k, seed, settings[arch, k], stem.with_suffix(".json")):
-            print(f"[{args.protocol}] {arch} k={k} seed={seed}: in {stem.name}.json, skipped", flush=True)
-            continue
-        out = args.out / args.protocol / f"{arch}_k{k}_s{seed}"
-        out.mkdir(parents=True, exist_ok=True)
-        result_path = out / "result.json"
-        print(f"[{args.protocol}] {arch} k={k} seed={seed}", flush=True)
-        subprocess.run([sys.executable, __file__, "--run-one", str(result_path),
-                        *run_arguments(settings[arch, k], seed, data_root, out)], check=True)
-        result = json.loads(result_path.read_text())
-        runs.append({"arch": arch, "k": k, "seed": seed, "settings": settings[arch, k], **result})
-        save()
-        print(f"    test MSE x1e-2 {100 * result['test_mse']:.3f}, {result['parameters']:,} parameters, "
-              f"{result['wall_s'] / 60:.1f} min", flush=True)
+    run_missing(__file__, f"[{args.protocol}]", todo, runs, lambda arch, k: settings[arch, k], stem.with_suffix(".json"),
+                args.out / args.protocol, lambda arch, k, seed, out: run_arguments(settings[arch, k], seed, data_root, out),
+                save, lambda result: f"test MSE x1e-2 {100 * result['test_mse']:.3f}", recorded_before=RECORDED_BEFORE)
     save()
     print(stem.with_suffix(".md").read_text())
     return 0

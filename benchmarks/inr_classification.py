@@ -36,16 +36,15 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 import yaml
 
-from dilation import CPU_DEPTH, CPU_OPTIONS, load_runs, machine_name, matched_width, recorded, write_atomic
+from dilation import CPU_DEPTH, CPU_OPTIONS, machine_name, matched_width
 from neuralgraph.nn import METANETS
-from runner import fit_and_record, fit_arguments
+from runner import fit_and_record, fit_arguments, load_runs, run_missing, select_runs, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -176,10 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     protocol = PROTOCOLS[args.protocol]
     data_root = args.data_root or ROOT / "data" / f"inrs-{args.protocol}"
     plan = list(dict.fromkeys((arch, seed) for archs, seeds in protocol["plan"] for arch in archs for seed in seeds))
-    todo = [(arch, seed) for arch, seed in plan
-            if (args.archs is None or arch in args.archs) and (args.seeds is None or seed in args.seeds)]
-    if args.archs and args.seeds:  # a full selection may ask for runs beyond the plan
-        todo = [(arch, seed) for arch in args.archs for seed in args.seeds]
+    todo = select_runs(plan, args.archs, args.seeds)
     archs = list(dict.fromkeys(arch for arch, _ in plan + todo))
     machine = machine_name()
     args.results.mkdir(parents=True, exist_ok=True)
@@ -195,22 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         write_atomic(stem.with_suffix(".md"), summarize(runs, archs, args.protocol, machine,
                                                         [run for run in plan if run not in done]))
 
-    for arch, seed in todo:
-        # dilation's bookkeeping keys runs by (arch, k, seed): classification is k = 1
-        if recorded(runs, arch, 1, seed, settings[arch], stem.with_suffix(".json")):
-            print(f"[{args.protocol}] {arch} seed={seed}: in {stem.name}.json, skipped", flush=True)
-            continue
-        out = args.out / args.protocol / f"{arch}_s{seed}"
-        out.mkdir(parents=True, exist_ok=True)
-        result_path = out / "result.json"
-        print(f"[{args.protocol}] {arch} seed={seed}", flush=True)
-        subprocess.run([sys.executable, __file__, "--run-one", str(result_path),
-                        *run_arguments(settings[arch], seed, data_root, out)], check=True)
-        result = json.loads(result_path.read_text())
-        runs.append({"arch": arch, "k": 1, "seed": seed, "settings": settings[arch], **result})
-        save()
-        print(f"    test accuracy {100 * result['test_accuracy']:.2f}%, {result['parameters']:,} parameters, "
-              f"{result['wall_s'] / 60:.1f} min", flush=True)
+    run_missing(__file__, f"[{args.protocol}]", [(arch, 1, seed) for arch, seed in todo], runs,
+                lambda arch, _: settings[arch], stem.with_suffix(".json"), args.out / args.protocol,
+                lambda arch, _, seed, out: run_arguments(settings[arch], seed, data_root, out), save,
+                lambda result: f"test accuracy {100 * result['test_accuracy']:.2f}%", name_k=False)
     save()
     print(stem.with_suffix(".md").read_text())
     return 0

@@ -1,15 +1,24 @@
-"""What the benchmarks share: the ``neuralgraph fit`` arguments of one run, and the child process
-that fits, tests at the best-validation checkpoint and records what every result table reports.
+"""What the benchmarks share: which runs to do, the ``neuralgraph fit`` arguments of one run, the
+child process that fits, tests at the best-validation checkpoint and records what every result
+table reports, and the resumable bookkeeping of a results JSON.
 
-A benchmark script runs each (architecture, seed) in a child process of its own (so that its peak
-memory is its own) and builds the task-specific result from :func:`fit_and_record`.
+A benchmark script runs each (architecture, k, seed) in a child process of its own (so that its
+peak memory is its own; ``script --run-one RESULT fit ...``), builds the task-specific result from
+:func:`fit_and_record`, and appends each finished run to its JSON as it completes
+(:func:`run_missing`): a kill leaves the previous file whole, a rerun skips the recorded runs, and
+a recorded run made with other settings is an error naming the field.
 """
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -64,3 +73,75 @@ def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "cpu": cpu_short(),
     }
+
+
+def select_runs(plan: Sequence[tuple], *choices: Optional[Sequence]) -> list[tuple]:
+    """The planned runs whose every field is among its choice (``None``: any). With every choice
+    given, exactly their product, in that order: a full selection may ask for runs beyond the plan."""
+    if all(choices):
+        return list(itertools.product(*choices))
+    return [run for run in plan if all(choice is None or value in choice for value, choice in zip(run, choices))]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename (a kill leaves the old file)."""
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+
+
+def load_runs(path: Path) -> list[dict]:
+    """The runs recorded in a results JSON (none when it does not exist yet)."""
+    if not path.exists():
+        return []
+    try:
+        return json.loads(path.read_text())["runs"]
+    except (json.JSONDecodeError, KeyError) as err:
+        raise ValueError(f"{path}: not a results file of this benchmark ({err})") from err
+
+
+def recorded(runs: list[dict], arch: str, k: int, seed: int, settings: dict, path: Path,
+             recorded_before: Optional[dict] = None) -> bool:
+    """Whether ``runs`` holds (arch, k, seed); ValueError naming the field when it ran with other settings.
+
+    ``recorded_before``: the value of each setting a run recorded before the setting existed ran with.
+    """
+    for run in runs:
+        if (run["arch"], run["k"], run["seed"]) == (arch, k, seed):
+            for key, value in settings.items():
+                ran = run["settings"].get(key, (recorded_before or {}).get(key))
+                if ran != value:
+                    raise ValueError(f"{path}: {arch} k={k} seed={seed} was run with {key}={ran}, "
+                                     f"this protocol asks {value}; move the file away or pass --results DIR")
+            return True
+    return False
+
+
+def run_missing(script: str, label: str, todo: Sequence[tuple[str, int, int]], runs: list[dict],
+                settings: Callable[[str, int], dict], results: Path, out: Path,
+                arguments: Callable[[str, int, int, Path], list[str]], save: Callable[[], None],
+                describe: Callable[[dict], str], name_k: bool = True, recorded_before: Optional[dict] = None) -> None:
+    """Fit every (arch, k, seed) of ``todo`` that ``results`` does not hold, one child process each.
+
+    Each run fits in ``out/<arch>[_k<k>]_s<seed>`` (``name_k``: k in the name; its ``last.ckpt`` resumes
+    a killed fit) with ``arguments(arch, k, seed, run_dir)``; its record (``settings(arch, k)`` and the
+    child's result) is appended to ``runs``, then ``save()`` writes the JSON and table.
+    """
+    for arch, k, seed in todo:
+        run_label = f"{label} {arch}{f' k={k}' if name_k else ''} seed={seed}"
+        if recorded(runs, arch, k, seed, settings(arch, k), results, recorded_before):
+            print(f"{run_label}: in {results.name}, skipped", flush=True)
+            continue
+        run_dir = out / f"{arch}{f'_k{k}' if name_k else ''}_s{seed}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        result_path = run_dir / "result.json"
+        print(run_label, flush=True)
+        subprocess.run([sys.executable, script, "--run-one", str(result_path), *arguments(arch, k, seed, run_dir)],
+                       check=True)
+        result = json.loads(result_path.read_text())
+        runs.append({"arch": arch, "k": k, "seed": seed, "settings": settings(arch, k), **result})
+        save()
+        print(f"    {describe(result)}, {result['parameters']:,} parameters, {result['wall_s'] / 60:.1f} min", flush=True)

@@ -31,24 +31,15 @@ def test_dilation_smoke_protocol_writes_results_for_every_architecture(tiny_inrs
 
 
 import dilation  # noqa: E402
+import fake_fits  # noqa: E402
+import runner  # noqa: E402
 
 
 def fake_fit(calls, fail_at=None):
-    """Stands in for the fit subprocess: writes the result a run would, or fails on call ``fail_at``."""
-    real = subprocess.run
-
-    def run(command, *args, **kwargs):
-        if "--run-one" not in command:  # other subprocesses (platform, torch) run as they are
-            return real(command, *args, **kwargs)
-        calls.append(command)
-        if len(calls) == fail_at:
-            raise subprocess.CalledProcessError(-9, command)
-        result_path = Path(command[command.index("--run-one") + 1])
-        dilation.write_atomic(result_path, json.dumps({
-            "test_mse": 0.01 * len(calls), "test_psnr": None, "best_val_loss": 0.0, "parameters": 10, "hidden_dim": 8,
-            "epochs": 1, "wall_s": 1.0, "resumed": False, "peak_rss_mb": 1.0, "peak_cuda_mb": None, "device": "cpu"}))
-
-    return run
+    """Stands in for the fit subprocess: a dilation result whose MSE grows with the call's number."""
+    return fake_fits.fake_fit(calls, lambda n: {
+        "test_mse": 0.01 * n, "test_psnr": None, "best_val_loss": 0.0, "parameters": 10, "hidden_dim": 8,
+        "epochs": 1, "wall_s": 1.0, "resumed": False, "peak_rss_mb": 1.0, "peak_cuda_mb": None, "device": "cpu"}, fail_at)
 
 
 def smoke(tmp_path, *extra):
@@ -58,7 +49,7 @@ def smoke(tmp_path, *extra):
 
 def test_runner_records_each_run_as_it_finishes_and_a_rerun_skips_them(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(dilation.subprocess, "run", fake_fit(calls, fail_at=3))
+    monkeypatch.setattr(subprocess, "run", fake_fit(calls, fail_at=3))
     with pytest.raises(subprocess.CalledProcessError):
         smoke(tmp_path)
     (raw,) = (tmp_path / "results").glob("dilation_smoke_*.json")
@@ -75,7 +66,7 @@ def test_runner_records_each_run_as_it_finishes_and_a_rerun_skips_them(tmp_path,
 
 
 def test_runner_refuses_a_recorded_run_made_with_other_settings(tmp_path, monkeypatch):
-    monkeypatch.setattr(dilation.subprocess, "run", fake_fit([]))
+    monkeypatch.setattr(subprocess, "run", fake_fit([]))
     smoke(tmp_path, "--seeds", "0")
     monkeypatch.setitem(dilation.PROTOCOLS["smoke"], "trainer", {"max_epochs": 2})
     with pytest.raises(ValueError, match=r"dws k=1 seed=0 was run with trainer=\{'max_epochs': 1\}"):
@@ -86,10 +77,10 @@ def test_a_run_recorded_before_the_width_setting_counts_as_exact_matching(tmp_pa
     settings = dilation.run_settings(dilation.PROTOCOLS["cpu"], "gmn", 8)
     older = {key: value for key, value in settings.items() if key != "budget_width_multiple"}
     runs = [{"arch": "gmn", "k": 8, "seed": 0, "settings": older}]
-    assert dilation.recorded(runs, "gmn", 8, 0, settings, tmp_path / "r.json")
+    assert dilation.recorded(runs, "gmn", 8, 0, settings, tmp_path / "r.json", dilation.RECORDED_BEFORE)
     runs[0]["settings"] = {**settings, "budget_width_multiple": 8}
     with pytest.raises(ValueError, match=r"r.json: gmn k=8 seed=0 was run with budget_width_multiple=8, this protocol asks 1"):
-        dilation.recorded(runs, "gmn", 8, 0, settings, tmp_path / "r.json")
+        dilation.recorded(runs, "gmn", 8, 0, settings, tmp_path / "r.json", dilation.RECORDED_BEFORE)
 
 
 def test_write_atomic_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch):
@@ -99,7 +90,7 @@ def test_write_atomic_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch)
     def killed(src, dst):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(dilation.os, "replace", killed)
+    monkeypatch.setattr(runner.os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
         dilation.write_atomic(path, "new")
     assert path.read_text() == "old"
@@ -118,7 +109,7 @@ def test_cpu_systems_match_the_gmn_budget_within_five_percent(system):
 def fit_one_cpu_run(tmp_path, monkeypatch, arch: str, k: int = 8) -> tuple[list[str], dict]:
     """The fit command of ``arch`` k seed 0 on the cpu protocol (fit faked) and the run it records."""
     calls = []
-    monkeypatch.setattr(dilation.subprocess, "run", fake_fit(calls))
+    monkeypatch.setattr(subprocess, "run", fake_fit(calls))
     assert dilation.main(["--protocol", "cpu", "--archs", arch, "--k", str(k), "--seeds", "0", "--data-root",
                           str(tmp_path), "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]) == 0
     (command,) = calls

@@ -9,6 +9,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import fake_fits  # noqa: E402
 import inr_classification as bench  # noqa: E402
 from neuralgraph.nn import METANETS  # noqa: E402
 
@@ -38,21 +39,10 @@ def test_smoke_protocol_records_accuracies_and_a_rerun_skips_them(tiny_inrs, tmp
 
 
 def fake_fit(calls, fail_at=None):
-    """Stands in for the fit subprocess: writes the result a run would, or fails on call ``fail_at``;
-    other subprocesses (``platform`` asks ``uname``) run as they are."""
-    real_run = subprocess.run
-
-    def run(command, *args, **kwargs):
-        if "--run-one" not in command:
-            return real_run(command, *args, **kwargs)
-        calls.append(command)
-        if len(calls) == fail_at:
-            raise subprocess.CalledProcessError(-9, command)
-        bench.write_atomic(Path(command[command.index("--run-one") + 1]), json.dumps({
-            "test_accuracy": 0.1 * len(calls), "best_val_loss": 1.0, "parameters": 10, "hidden_dim": 8, "epochs": 1,
-            "wall_s": 1.0, "resumed": False, "peak_rss_mb": 1.0, "peak_cuda_mb": None, "device": "cpu"}))
-
-    return run
+    """Stands in for the fit subprocess: a result whose accuracy grows with the call's number."""
+    return fake_fits.fake_fit(calls, lambda n: {
+        "test_accuracy": 0.1 * n, "best_val_loss": 1.0, "parameters": 10, "hidden_dim": 8, "epochs": 1,
+        "wall_s": 1.0, "resumed": False, "peak_rss_mb": 1.0, "peak_cuda_mb": None, "device": "cpu"}, fail_at)
 
 
 def smoke(tmp_path, *extra):
@@ -62,7 +52,7 @@ def smoke(tmp_path, *extra):
 
 def test_a_killed_invocation_keeps_its_finished_runs_and_the_next_one_continues(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(bench.subprocess, "run", fake_fit(calls, fail_at=3))
+    monkeypatch.setattr(subprocess, "run", fake_fit(calls, fail_at=3))
     with pytest.raises(subprocess.CalledProcessError):
         smoke(tmp_path)
     (raw,) = (tmp_path / "results").glob("inr_classification_smoke_*.json")
@@ -75,7 +65,7 @@ def test_a_killed_invocation_keeps_its_finished_runs_and_the_next_one_continues(
 
 
 def test_a_recorded_run_made_with_other_settings_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(bench.subprocess, "run", fake_fit([]))
+    monkeypatch.setattr(subprocess, "run", fake_fit([]))
     smoke(tmp_path)
     monkeypatch.setitem(bench.PROTOCOLS["smoke"], "trainer", {"max_epochs": 2})
     with pytest.raises(ValueError, match=r"gmn k=1 seed=0 was run with trainer=\{'max_epochs': 1\}"):

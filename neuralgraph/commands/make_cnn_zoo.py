@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=(preset.PRESET,), default=None,
                         help="the Small CNN Zoo's architecture, hyperparameters and file format (docs/cnn_zoo.md); "
                              "--epochs, --train-size, --test-size and --batch-size default to its protocol "
-                             "(0 1 2 3 20 40 60 80 86, 60000, 10000, 512)")
+                             "(0 1 2 3 20 40 60 80 86, 60000, 10000, 512); it trains on one machine (--worker-index, "
+                             "--num-workers and --merge are refused)")
     preset.mark_defaults(parser)
 
 

@@ -9,10 +9,12 @@ replacement from the network's own fraction of the training images (an incomplet
 is dropped); the L2 penalty ``l2reg * sum(kernel**2)`` on every kernel added to the loss (Keras'
 ``kernel_regularizer``), and so to the reported losses. Per network, from its own seed
 (:func:`sample_hyperparameters`): activation, weight initialisation and its std, optimizer,
-learning rate, L2, dropout and training fraction. Networks train in shards, batched as
-:mod:`neuralgraph.data.cnn_zoo` trains its own (one batched matrix product per layer, one
-``torch.optim`` parameter group per network), but each network on its own mini-batches, so
-that a network of fraction 0.1 takes a tenth of the steps, as it did alone. A network whose loss
+learning rate, L2, dropout and training fraction (its training subset from a stream of its own
+seed apart from its initialisation's). Networks train in shards, batched (:func:`zoo_forward`:
+channels-last maps, one batched matrix product per layer; one ``torch.optim`` parameter group per
+network), each network on its own mini-batches, so that a network of fraction 0.1 takes a tenth
+of the steps, as it did alone. Where this differs from the TensorFlow script (a fixed training
+subset, complete shuffles, training metrics over the whole subset): docs/cnn_zoo.md. A network whose loss
 or weights become non-finite stops; its later checkpoints are not written (the released zoo
 likewise lacks the rows of runs that crashed), and the manifest counts them.
 

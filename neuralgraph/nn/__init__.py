@@ -5,7 +5,7 @@ Importing this package registers every architecture in :data:`METANETS`.
 from neuralgraph.nn.base import EdgeUpdate, FeedForward, FiLM, Metanet, MetanetLayer, ResidualNorm
 from neuralgraph.nn.context import GraphContext, LayerIndex, WeightBlocks
 from neuralgraph.nn.encoder import EncodedGraph, GraphEncoder
-from neuralgraph.nn.registry import METANETS, build_metanet, metanet_class, register_metanet
+from neuralgraph.nn.registry import BASELINES, METANETS, build_metanet, metanet_class, register_baseline, register_metanet
 from neuralgraph.nn.heads import InvariantReadout, WeightDecoder
 from neuralgraph.nn.ensemble import merge_ensemble
 from neuralgraph.nn.budget import BudgetMatch, match_budget
@@ -16,8 +16,10 @@ from neuralgraph.nn import dws  # noqa: E402,F401  isort: skip
 from neuralgraph.nn import nfn_hnp  # noqa: E402,F401  isort: skip
 from neuralgraph.nn import nfn_np  # noqa: E402,F401  isort: skip
 from neuralgraph.nn import scalegmn  # noqa: E402,F401  isort: skip
+from neuralgraph.nn import statnn  # noqa: E402,F401  isort: skip  (a baseline: BASELINES)
 
 __all__ = [
+    "BASELINES",
     "METANETS",
     "BudgetMatch",
     "EdgeUpdate",
@@ -37,5 +39,6 @@ __all__ = [
     "match_budget",
     "merge_ensemble",
     "metanet_class",
+    "register_baseline",
     "register_metanet",
 ]

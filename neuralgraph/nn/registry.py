@@ -7,6 +7,9 @@ from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.base import Metanet
 
 METANETS: dict[str, type[Metanet]] = {}
+#: Baselines built by name like the metanetworks (``metanet: statnn`` in a config) but kept out of
+#: :data:`METANETS`, so that suites and benchmarks over the message-passing architectures leave them out.
+BASELINES: dict[str, type[Metanet]] = {}
 
 
 def register_metanet(name: str) -> Callable[[type[Metanet]], type[Metanet]]:
@@ -24,11 +27,28 @@ def register_metanet(name: str) -> Callable[[type[Metanet]], type[Metanet]]:
     return decorator
 
 
+def register_baseline(name: str) -> Callable[[type[Metanet]], type[Metanet]]:
+    """Class decorator adding a :class:`Metanet` subclass to :data:`BASELINES` under ``name``."""
+
+    def decorator(cls: type[Metanet]) -> type[Metanet]:
+        if not (isinstance(cls, type) and issubclass(cls, Metanet)):
+            raise TypeError(f"@register_baseline({name!r}) decorates {cls!r}, which is not a Metanet subclass")
+        if name in METANETS or (name in BASELINES and BASELINES[name] is not cls):
+            raise ValueError(f"baseline name {name!r} is already taken")
+        cls.name = name
+        BASELINES[name] = cls
+        return cls
+
+    return decorator
+
+
 def metanet_class(name: str) -> type[Metanet]:
-    """The class registered as ``name``; ValueError listing the known names otherwise."""
-    if name not in METANETS:
-        raise ValueError(f"unknown metanet {name!r}; known: {sorted(METANETS)}")
-    return METANETS[name]
+    """The class registered as ``name`` (a metanetwork or a baseline); ValueError listing the known names otherwise."""
+    if name in METANETS:
+        return METANETS[name]
+    if name in BASELINES:
+        return BASELINES[name]
+    raise ValueError(f"unknown metanet {name!r}; known: {sorted(METANETS)}, baselines: {sorted(BASELINES)}")
 
 
 def build_metanet(name: str, spec: Optional[GraphSpec] = None, **cfg) -> Metanet:

@@ -1,0 +1,335 @@
+"""Generalization prediction on a Small-CNN-Zoo-format MNIST zoo: Kendall's tau and R^2 of every architecture.
+
+    python benchmarks/generalization.py --protocol smoke|cpu [--archs ...] [--seeds 0 1 2] [--zoo DIR]
+    python benchmarks/generalization.py --write-configs     # configs/generalization/<system>.yaml
+
+The zoo is written by ``neuralgraph make-cnn-zoo --preset small-cnn-zoo`` (the Small CNN Zoo's
+architecture, hyperparameter distribution and file format, trained on MNIST here) and read through
+the importer a user of the released zoo runs, ``neuralgraph import-dataset small-cnn-zoo``, at its
+last checkpoint, with NFN's split (second half test, first half 80/20 train/val). Both steps are
+resumable and run here when their folder is missing or unfinished (``--zoo``, default
+``data/small_cnn_zoo_<protocol>``; imported into ``<zoo>-imported``, and ``<zoo>-tanh`` for the
+tanh networks alone).
+
+Each (system, seed) is trained by ``neuralgraph fit`` (``GeneralizationPrediction``: MSE on the test
+accuracy; one subprocess per run, so that its peak memory is its own) and tested at its
+best-validation checkpoint (lowest validation MSE); its test Kendall tau and R^2 are recorded.
+Resumable with the bookkeeping of ``benchmarks/dilation.py``: each finished run is appended to
+``benchmarks/results/generalization_<protocol>_<machine>.json`` (temporary file, then rename), the
+markdown beside it is regenerated from it, a rerun skips the runs it holds, a run killed mid-fit
+resumes from its ``last.ckpt``, and a recorded run whose settings differ from the current ones is
+an error naming the field.
+
+Systems (:data:`SYSTEMS`), each at the width whose model (metanetwork + readout) has the parameter
+count nearest GMN's at hidden 64 and 3 layers, within 5% (dilation's ``matched_width``; 10% for DWS
+and NFN-HNP, :data:`COARSE_TOLERANCE`):
+
+* every registered metanetwork whose symmetry holds on the mixed relu/tanh zoo, and StatNN
+  (``neuralgraph.nn.statnn``: an MLP on per-layer weight and bias statistics);
+* ScaleGMN and ScaleGMN-B are equivariant to the scaling group of one activation (sign flips for
+  tanh, positive rescalings for ReLU): on the mixed zoo that group is wrong for half the networks,
+  so they run on the zoo's tanh networks (``scalegmn_tanh``, ``scalegmn_b_tanh``), beside GMN on the
+  same subset (``gmn_tanh``).
+
+Protocols:
+
+* ``cpu``: the zoo of :data:`PROTOCOLS` ``["cpu"]["zoo"]`` (2,000 networks trained 3 epochs on the
+  first 1,000 MNIST training images, docs/cnn_zoo.md says why), checkpoint at epoch 3 imported:
+  800/200/1,000 train/val/test networks (tanh subset about half); every system 10 epochs, batch 32,
+  seed 0 (fast systems first), then seeds 1 and 2. On one thread of the 2-core AMD EPYC shared with
+  another job, GMN took 2.5 min, StatNN and the weight-space models under 1, NG-GNN and NG-T longest.
+* ``smoke``: 16 networks trained on the embedded MNIST subset, width 8, 1 layer, 1 epoch: plumbing only.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import platform
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+
+from dilation import CPU_DEPTH, CPU_OPTIONS, machine_name, matched_width
+from machine import cpu_description
+from neuralgraph.nn import METANETS
+from runner import fit_and_record, fit_arguments, load_runs, run_missing, select_runs, write_atomic
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+CONFIGS = ROOT / "configs" / "generalization"
+LAYER_FEATURES = [9, 9, 9, 1]  # real edge features of the zoo's weight layers: three 3x3 kernels, the classifier
+REFERENCE = ("gmn", {"hidden_dim": 64, **CPU_DEPTH})  # the budget every system is matched to
+BUDGET_TOLERANCE = 0.05
+# systems whose parameter count moves in steps coarser than 5% of the budget per unit of width (the
+# weight-space layers' count grows with the width squared times the 9 kernel features): the nearest width
+COARSE_TOLERANCE = {"dws": 0.10, "nfn_hnp": 0.10}
+# system -> (registered metanet or baseline, options beside the width, activations of the networks read or None)
+SYSTEMS = {
+    "statnn": ("statnn", {"num_layers": 2, "dropout": 0.0, "layer_features": LAYER_FEATURES}, None),
+    **{name: (name, CPU_OPTIONS.get(name, {}), None) for name, cls in METANETS.items() if cls.scaling is None},
+    "scalegmn_tanh": ("scalegmn", {"activation": "tanh"}, "tanh"),
+    "scalegmn_b_tanh": ("scalegmn_b", {"activation": "tanh"}, "tanh"),
+    "gmn_tanh": ("gmn", {}, "tanh"),
+}
+# registered metanetworks that do not run on the mixed zoo, and why (a line of the table)
+REFUSED = {name: "equivariant to one activation's scaling group; the zoo mixes relu and tanh "
+                 f"(run on the tanh networks: {name}_tanh)"
+           for name, cls in METANETS.items() if cls.scaling is not None}
+
+# the cpu protocol's order: the fast systems first, NG-GNN and NG-T (about 1 min an epoch on one thread) last
+CPU_ORDER = ("statnn", "dws", "nfn_hnp", "nfn_np", "nft", "gmn", "scalegmn_tanh", "scalegmn_b_tanh", "gmn_tanh",
+             "ng_gnn", "ng_t")
+assert sorted(CPU_ORDER) == sorted(SYSTEMS), "CPU_ORDER lists every system once"
+
+PROTOCOLS = {
+    "cpu": {
+        "plan": ((CPU_ORDER, (0,)), (CPU_ORDER, (1, 2))),
+        "zoo": {"networks": 2000, "checkpoint_epochs": [1, 3], "train_size": 1000, "test_size": 500,
+                "batch_size": 32, "shard_size": 64, "seed": 0, "source": "full"},
+        "trainer": {"max_epochs": 10},
+        "batch_size": 32,
+    },
+    "smoke": {
+        "plan": ((tuple(SYSTEMS), (0,)),),
+        "zoo": {"networks": 16, "checkpoint_epochs": [1, 2], "train_size": 200, "test_size": 60,
+                "batch_size": 8, "shard_size": 8, "seed": 0, "source": "embedded"},
+        "trainer": {"max_epochs": 1},
+        "batch_size": 4,
+        "metanet_config": {"hidden_dim": 8, "num_layers": 1},
+    },
+}
+
+# Published Kendall tau on CIFAR10-GS of the Small CNN Zoo (CIFAR-10 networks, 30k trained 86 epochs;
+# NFN, NG-GNN/NG-T papers' tables): (name, our system).
+PUBLISHED = [("StatNN", "statnn", 0.915), ("NFN-NP", "nfn_np", 0.922), ("NFN-HNP", "nfn_hnp", 0.934),
+             ("NFT", "nft", 0.926), ("NG-GNN", "ng_gnn", 0.930), ("NG-T", "ng_t", 0.935)]
+
+
+@functools.lru_cache(maxsize=None)
+def zoo_spec(activations: tuple[str, ...]):
+    """The GraphSpec of zoo networks of ``activations`` (the parameter counts depend on it: edge features 9,
+    and the activation embedding when the activations vary)."""
+    from torch_geometric.data import Batch
+
+    from neuralgraph.data.cnn_zoo import ZooNetwork
+    from neuralgraph.graph import module_to_graph
+    from neuralgraph.graph.spec import GraphSpec
+
+    return GraphSpec.of(Batch.from_data_list([module_to_graph(ZooNetwork(activation=a)) for a in activations]))
+
+
+def model_parameters(metanet: str, config: dict, activations: tuple[str, ...] = ("relu", "tanh")) -> int:
+    """Trainable parameters of ``GeneralizationPrediction``'s model on the zoo: the metanetwork and its readout."""
+    from neuralgraph.nn import build_metanet
+    from neuralgraph.nn.budget import count_trainable
+
+    model = build_metanet(metanet, spec=zoo_spec(activations), **config)
+    return count_trainable(model) + count_trainable(model.readout(1))
+
+
+def subset_activations(subset) -> tuple[str, ...]:
+    return ("relu", "tanh") if subset is None else (subset,)
+
+
+@functools.lru_cache(maxsize=None)
+def reference_parameters() -> int:
+    return model_parameters(*REFERENCE)
+
+
+def budget_config(system: str) -> dict:
+    """The metanet config of ``configs/generalization/<system>.yaml``: ``CPU_DEPTH`` and the system's
+    options at the width whose model is nearest GMN's at hidden 64 on the mixed zoo (within 5%)."""
+    metanet, options, subset = SYSTEMS[system]
+    return matched_width(system, metanet, options, reference_parameters(),
+                         COARSE_TOLERANCE.get(system, BUDGET_TOLERANCE),
+                         count=lambda name, config: model_parameters(name, config, subset_activations(subset)))
+
+
+def write_configs() -> list[Path]:
+    """``configs/generalization/<system>.yaml`` for every system, at the matched width."""
+    CONFIGS.mkdir(parents=True, exist_ok=True)
+    written = []
+    for system, (metanet, _, subset) in SYSTEMS.items():
+        root = "data/small_cnn_zoo_cpu-" + ("imported" if subset is None else subset)
+        config = {
+            "seed_everything": 0,
+            "model": {"class_path": "neuralgraph.training.tasks.GeneralizationPrediction",
+                      "init_args": {"metanet": metanet, "metanet_config": budget_config(system)}},
+            "data": {"class_path": "neuralgraph.training.cnn_zoo_datamodule.CnnZooDataModule",
+                     "init_args": {"root": root, "batch_size": 32}},
+            "trainer": {"max_epochs": PROTOCOLS["cpu"]["trainer"]["max_epochs"],
+                        "default_root_dir": f"runs/generalization/{system}"},
+        }
+        path = CONFIGS / f"{system}.yaml"
+        header = (f"# Generalization prediction (benchmarks/generalization.py): {system} at GMN's hidden-64 budget"
+                  + ("" if subset is None else f", on the zoo's {subset} networks") + ".\n"
+                  "# The zoo: neuralgraph make-cnn-zoo --preset small-cnn-zoo, imported with "
+                  "neuralgraph import-dataset small-cnn-zoo (docs/benchmarks.md).\n")
+        path.write_text(header + yaml.safe_dump(config, sort_keys=False))
+        written.append(path)
+    return written
+
+
+def prepare_zoo(protocol: dict, zoo: Path, subsets: set) -> dict:
+    """Write (or finish, or verify) the protocol's zoo and its imports; ``{None or activation: imported folder}``."""
+    from neuralgraph.data.importing import import_dataset
+    from neuralgraph.data.small_cnn_zoo_preset import PresetSettings, make_small_cnn_zoo
+
+    settings = protocol["zoo"]
+    make_small_cnn_zoo(zoo, PresetSettings(**{**settings, "checkpoint_epochs": tuple(settings["checkpoint_epochs"])}),
+                       progress=False)
+    last = settings["checkpoint_epochs"][-1]
+    folders = {}
+    for subset in sorted(subsets, key=str):
+        out = zoo.with_name(zoo.name + "-" + ("imported" if subset is None else subset))
+        import_dataset("small-cnn-zoo", zoo, out, steps=(last,), progress=False,
+                       **({} if subset is None else {"activations": [subset]}))
+        folders[subset] = out
+    return folders
+
+
+def run_settings(protocol: dict, system: str) -> dict:
+    """What determines a run but its seed: config file, metanet and its config, zoo, subset, trainer."""
+    config = CONFIGS / f"{system}.yaml"
+    if not config.is_file():
+        raise FileNotFoundError(f"{config.relative_to(ROOT)}: no config for {system} (--write-configs writes them)")
+    init_args = yaml.safe_load(config.read_text())["model"]["init_args"]
+    return {"config": str(config.relative_to(ROOT)), "metanet": init_args["metanet"],
+            "metanet_config": {**init_args["metanet_config"], **protocol.get("metanet_config", {})},
+            "zoo": protocol["zoo"], "subset": SYSTEMS[system][2], "batch_size": protocol["batch_size"],
+            "trainer": protocol["trainer"]}
+
+
+def run_arguments(settings: dict, seed: int, data_root: Path, out: Path) -> list[str]:
+    """``neuralgraph fit`` arguments of one run (``benchmarks/runner.py``; resuming from ``out``'s last
+    checkpoint if any)."""
+    return fit_arguments(ROOT / settings["config"], seed, data_root, out, settings["metanet"],
+                         settings["metanet_config"], {"batch_size": settings["batch_size"]}, settings["trainer"])
+
+
+def run_one(argv: list[str], result_path: Path) -> None:
+    """Child process: one fit (+ test at best validation, ``benchmarks/runner.py``), results to ``result_path``."""
+    metrics, record = fit_and_record(argv)
+    write_atomic(result_path, json.dumps({"kendall_tau": metrics["test/kendall_tau"], "r2": metrics["test/r2"],
+                                          **record, "threads": torch.get_num_threads()}, indent=2))
+
+
+def cell(values: list[float]) -> str:
+    """``mean ± std (n)`` over seeds."""
+    spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
+    return f"{statistics.mean(values):.3f}{spread} ({len(values)})"
+
+
+def zoo_description(folders: dict) -> list[str]:
+    """Split sizes and the test split's accuracy quartiles of each imported folder."""
+    from neuralgraph.data.cnn_zoo import CnnZooDataset
+
+    lines = []
+    for subset, folder in folders.items():
+        sizes = {split: len(CnnZooDataset(folder, split)) for split in ("train", "val", "test")}
+        accuracy = CnnZooDataset(folder, "test").accuracy
+        q = torch.quantile(accuracy.double(), torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0], dtype=torch.float64)).tolist()
+        lines.append(f"* `{folder.name}` ({'every network' if subset is None else f'the {subset} networks'}): "
+                     f"{sizes['train']}/{sizes['val']}/{sizes['test']} train/val/test networks; test-split accuracy "
+                     "min / quartiles / max " + " / ".join(f"{v:.3f}" for v in q) + ".")
+    return lines
+
+
+def summarize(runs: list[dict], systems: list[str], protocol_name: str, machine: str, folders: dict,
+              missing: list[tuple[str, int]]) -> str:
+    """The markdown table: one row per system of the plan, the published CIFAR10-GS column beside ours."""
+    protocol = PROTOCOLS[protocol_name]
+    zoo = protocol["zoo"]
+    lines = [f"# Generalization prediction on a Small-CNN-Zoo-format MNIST zoo — protocol `{protocol_name}` on "
+             f"`{machine}`", "",
+             f"Zoo: `make-cnn-zoo --preset small-cnn-zoo`, {zoo['networks']:,} networks of the Small CNN Zoo's "
+             f"architecture and hyperparameter distribution, trained on the first {zoo['train_size']:,} "
+             f"{zoo['source']} MNIST training images (each on its fraction of them), batches of {zoo['batch_size']}, "
+             f"checkpoints at epochs {zoo['checkpoint_epochs']}, test accuracy on the first {zoo['test_size']:,} test "
+             f"images; imported with `import-dataset small-cnn-zoo` at epoch {zoo['checkpoint_epochs'][-1]} (NFN's "
+             "split):", "", *zoo_description(folders), "",
+             f"Every model trains {protocol['trainer']['max_epochs']} epoch(s) (batch {protocol['batch_size']}) and is "
+             "tested at its best-validation checkpoint (lowest validation MSE); mean ± std over seeds (n); every "
+             "system at the width whose model (metanetwork + readout) is nearest GMN's at hidden 64, within 5% ("
+             + ", ".join(f"{name} {tolerance:.0%}" for name, tolerance in COARSE_TOLERANCE.items())
+             + ": their counts move in coarser steps)"
+             + (f"; this protocol overrides {protocol['metanet_config']}" if "metanet_config" in protocol else "")
+             + f". CPU: "
+             f"{cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.", "",
+             "The published column is **another dataset**: Kendall tau on CIFAR10-GS of the released Small CNN Zoo "
+             "(CIFAR-10 networks, 30k trained 86 epochs), from the NFN and NG-GNN/NG-T papers; it is there for "
+             "reference, not as a target these numbers should reach.", "",
+             "| system | Kendall tau | R^2 | published tau, CIFAR10-GS (other dataset) | parameters | hidden_dim "
+             "| epochs | wall time per run (min) | threads |", "|---|---|---|---|---|---|---|---|---|"]
+    for system in systems:
+        rs = [r for r in runs if r["arch"] == system]
+        published = "; ".join(f"{value:.3f} ({name})" for name, arch, value in PUBLISHED if arch == system)
+        if not rs:
+            lines.append(f"| {system} | not run yet | | {published} | | | | | |")
+            continue
+        resumed = " (resumed)" if any(r["resumed"] for r in rs) else ""
+        lines.append(f"| {system} | {cell([r['kendall_tau'] for r in rs])} | {cell([r['r2'] for r in rs])} "
+                     f"| {published} | {rs[0]['parameters']:,} | {rs[0]['hidden_dim']} | {rs[0]['epochs']} "
+                     f"| {statistics.mean(r['wall_s'] for r in rs) / 60:.1f}{resumed} | {rs[0]['threads']} |")
+    for name, reason in REFUSED.items():
+        lines.append(f"| {name} (every network) | not run: {reason} | | | | | | | |")
+    if missing:
+        lines += ["", f"Not run yet ({len(missing)} of the protocol's runs): "
+                  + ", ".join(f"{system} seed {seed}" for system, seed in missing) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="smoke")
+    parser.add_argument("--archs", nargs="+", choices=sorted(SYSTEMS))
+    parser.add_argument("--seeds", nargs="+", type=int)
+    parser.add_argument("--zoo", type=Path, default=None, help="preset zoo folder (default: data/small_cnn_zoo_<protocol>)")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "benchmarks" / "generalization")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--write-configs", action="store_true", help="write configs/generalization/*.yaml and exit")
+    parser.add_argument("--run-one", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run_one:
+        run_one(args.run_one[1:], Path(args.run_one[0]))
+        return 0
+    if args.write_configs:
+        for path in write_configs():
+            print(path.relative_to(ROOT))
+        return 0
+    protocol = PROTOCOLS[args.protocol]
+    plan = list(dict.fromkeys((system, seed) for systems, seeds in protocol["plan"] for system in systems
+                              for seed in seeds))
+    todo = select_runs(plan, args.archs, args.seeds)
+    systems = list(dict.fromkeys(system for system, _ in plan + todo))
+    settings = {system: run_settings(protocol, system) for system in systems}
+    zoo = args.zoo or ROOT / "data" / f"small_cnn_zoo_{args.protocol}"
+    folders = prepare_zoo(protocol, zoo, {SYSTEMS[system][2] for system, _ in todo} | {None})
+    machine = machine_name()
+    args.results.mkdir(parents=True, exist_ok=True)
+    stem = args.results / f"generalization_{args.protocol}_{machine}"
+    runs = load_runs(stem.with_suffix(".json"))
+
+    def save() -> None:
+        done = {(r["arch"], r["seed"]) for r in runs}
+        meta = {"protocol": args.protocol, "machine": machine, "cpu": cpu_description(), "platform": platform.platform(),
+                "torch": torch.__version__, "runs": runs}
+        write_atomic(stem.with_suffix(".json"), json.dumps(meta, indent=2))
+        write_atomic(stem.with_suffix(".md"), summarize(runs, systems, args.protocol, machine, folders,
+                                                        [run for run in plan if run not in done]))
+
+    run_missing(__file__, f"[{args.protocol}]", [(system, 1, seed) for system, seed in todo], runs,
+                lambda system, _: settings[system], stem.with_suffix(".json"), args.out / args.protocol,
+                lambda system, _, seed, out: run_arguments(settings[system], seed, folders[SYSTEMS[system][2]], out),
+                save, lambda result: f"Kendall tau {result['kendall_tau']:.3f}, R^2 {result['r2']:.3f}", name_k=False)
+    save()
+    print(stem.with_suffix(".md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

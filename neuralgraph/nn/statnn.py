@@ -1,0 +1,201 @@
+r"""StatNN (Unterthiner et al., 2020; the baseline of NFN's Small CNN Zoo table): an MLP on weight statistics.
+
+Per weight layer ``l`` of each network, the mean, variance and 0/25/50/75/100% quantiles of its
+weights and of its biases (14 numbers per layer, the features of
+:func:`neuralgraph.data.cnn_zoo.weight_statistics`), standardised with the training set's mean and
+std, go through an MLP. The statistics are invariant to every permutation of the neurons of every
+layer, input and output neurons included (``symmetry = "np"``), and to nothing else.
+
+It is a baseline, not a message-passing metanetwork: it is registered in
+:data:`neuralgraph.nn.registry.BASELINES` (``metanet: statnn`` in a config), so that it trains
+through the same task, data module and ``neuralgraph fit`` path as the metanetworks, while suites
+and benchmarks over :data:`~neuralgraph.nn.METANETS` do not include it. Its output is the MLP's
+``hidden_dim`` vector per network, given to every node and edge of the network, so that the task's
+:class:`~neuralgraph.nn.heads.InvariantReadout` (which pools per layer) reads it unchanged.
+
+Standardisation: the task's ``normalize_inputs`` callback
+(:class:`~neuralgraph.training.callbacks.InputStatistics`) hands the training graphs to
+``encoder.set_input_statistics`` before a fit; the mean and std of the statistics become buffers, so
+checkpoints carry them. Without it the statistics go in unscaled.
+
+Zero-padded edge features: a graph pads every edge's features to the widest kernel (a CNN's
+classifier weights are 1 feature of 9). ``layer_features`` gives the number of real features of
+each weight layer (``[9, 9, 9, 1]`` for the Small CNN Zoo), so that padding never enters a
+statistic; ``None`` reads all of them (MLPs, ``F = 1``).
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.utils import scatter
+
+from neuralgraph.graph import Graph
+from neuralgraph.graph.spec import GraphSpec
+from neuralgraph.nn.base import Metanet
+from neuralgraph.nn.context import GraphContext, WeightBlocks, graph_context, node_graph_index, num_graphs
+from neuralgraph.nn.registry import register_baseline
+
+QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
+STATISTICS = 2 + len(QUANTILES)  # mean, variance, quantiles
+
+
+def group_statistics(values: Tensor, group: Tensor, groups: int) -> Tensor:
+    """``[groups, 7]``: mean, unbiased variance and the 0/25/50/75/100% quantiles (linear interpolation,
+    as ``torch.quantile``) of the ``values`` of each group; every group must have a value."""
+    count = torch.bincount(group, minlength=groups)
+    if bool((count == 0).any()):
+        raise ValueError(f"StatNN: group {int((count == 0).nonzero()[0])} has no value")
+    n = count.to(values.dtype)
+    mean = scatter(values, group, 0, groups, "sum") / n
+    var = scatter((values - mean[group]).square(), group, 0, groups, "sum") / (n - 1).clamp(min=1)
+    order = torch.argsort(values, stable=True)
+    order = order[torch.argsort(group[order], stable=True)]  # by group, then by value
+    ordered = values[order]
+    start = torch.cumsum(count, 0) - count
+    quantiles = []
+    for q in QUANTILES:
+        position = q * (n - 1)
+        low = position.floor()
+        high = torch.minimum(low + 1, n - 1)
+        below, above = ordered[start + low.long()], ordered[start + high.long()]
+        quantiles.append(below + (position - low) * (above - below))
+    return torch.stack([mean, var, *quantiles], dim=1)
+
+
+def graph_statistics(graph: Graph, layer_features: Optional[Sequence[int]], weight_layers: int) -> Tensor:
+    """``[B, 14 * weight_layers]``: per weight layer, the statistics of its weights, then of its biases.
+
+    Weights are the first ``layer_features[l]`` features of the weight edges into layer ``l + 1``
+    (skip and shortcut edges are not weights of a layer); biases are ``x[:, 0]`` of layer ``l + 1``'s
+    neurons. Errors name the field: a graph of another depth, a layer without edges.
+    """
+    B = num_graphs(graph)
+    node_graph = node_graph_index(graph)
+    depth = scatter(graph.node_layer, node_graph, 0, B, "max")
+    if bool((depth != weight_layers).any()):
+        raise ValueError(f"StatNN: built for networks of {weight_layers} weight layers, but a graph has "
+                         f"{int(depth[depth != weight_layers][0])}")
+    edge_graph = node_graph[graph.edge_index[1]]
+    weight_edge = (torch.ones_like(graph.edge_layer, dtype=torch.bool) if getattr(graph, "edge_kind", None) is None
+                   else graph.edge_kind == 0)
+    features = []
+    for l in range(weight_layers):
+        width = graph.edge_attr.shape[1] if layer_features is None else layer_features[l]
+        if width > graph.edge_attr.shape[1]:
+            raise ValueError(f"StatNN: layer_features[{l}]={width}, but the graphs' edge_attr has "
+                             f"{graph.edge_attr.shape[1]} features")
+        edges = (graph.edge_layer == l) & weight_edge
+        weights = graph.edge_attr[edges, :width]
+        features.append(group_statistics(weights.flatten(), edge_graph[edges].repeat_interleave(width), B))
+        nodes = graph.node_layer == l + 1
+        features.append(group_statistics(graph.x[nodes, 0], node_graph[nodes], B))
+    return torch.cat(features, dim=1)
+
+
+class StatisticsInput(nn.Module):
+    """StatNN's input: the weight statistics of each graph, standardised with stored training statistics.
+
+    Stands where a metanetwork's :class:`~neuralgraph.nn.encoder.GraphEncoder` stands, so that the
+    task's ``normalize_inputs`` callback (``encoder.set_input_statistics``) standardises it.
+    """
+
+    def __init__(self, layer_features: Optional[Sequence[int]], weight_layers: int):
+        super().__init__()
+        self.layer_features = None if layer_features is None else tuple(layer_features)
+        self.weight_layers = weight_layers
+        size = 2 * STATISTICS * weight_layers
+        self.register_buffer("mean", torch.zeros(size))
+        self.register_buffer("std", torch.ones(size))
+
+    @property
+    def size(self) -> int:
+        return self.mean.numel()
+
+    def statistics(self, graph: Graph) -> Tensor:
+        return graph_statistics(graph, self.layer_features, self.weight_layers)
+
+    @torch.no_grad()
+    def set_input_statistics(self, graph: Graph) -> None:
+        """Standardise with the mean and std of the statistics of the (training) networks of ``graph``."""
+        values = self.statistics(graph)
+        if values.shape[0] < 2:
+            raise ValueError(f"StatNN: standardising needs at least 2 training networks, got {values.shape[0]}")
+        self.mean.copy_(values.mean(0))
+        self.std.copy_(values.std(0).clamp(min=1e-12))
+
+    def forward(self, graph: Graph) -> Tensor:
+        return (self.statistics(graph) - self.mean) / self.std
+
+
+@register_baseline("statnn")
+class StatNN(Metanet):
+    """MLP on per-layer weight and bias statistics (module docstring).
+
+    Args:
+        hidden_dim: width of the MLP's hidden layers and of its output (the features handed to the head).
+        num_layers: the MLP's layers (at least 1): ``num_layers`` linear layers, each followed by ReLU
+            (and dropout, if any).
+        dropout: dropout after each ReLU.
+        layer_features: real edge features of each weight layer (``[9, 9, 9, 1]`` for the Small CNN
+            Zoo's three 3x3 convolutions and classifier); its length is the networks' depth.
+        weight_layers: the networks' number of weight layers when ``layer_features`` is not given.
+        edge_features: the graphs' edge feature width (given by the data's GraphSpec); at least every
+            ``layer_features`` entry.
+    """
+
+    symmetry = "np"
+
+    def __init__(self, hidden_dim: int = 64, num_layers: int = 2, dropout: float = 0.0, *,
+                 layer_features: Optional[Sequence[int]] = None, weight_layers: Optional[int] = None,
+                 edge_features: int = 1):
+        if num_layers < 1:
+            raise ValueError(f"StatNN: num_layers={num_layers}: the MLP needs at least 1 layer")
+        if layer_features is None and weight_layers is None:
+            raise ValueError("StatNN: give layer_features (real edge features per weight layer) or weight_layers")
+        if layer_features is not None:
+            layer_features = [int(f) for f in layer_features]
+            if weight_layers is not None and weight_layers != len(layer_features):
+                raise ValueError(f"StatNN: weight_layers={weight_layers} but layer_features has "
+                                 f"{len(layer_features)} entries")
+            bad = [f for f in layer_features if not 1 <= f <= edge_features]
+            if bad:
+                raise ValueError(f"StatNN: layer_features={layer_features}: each must be in 1..edge_features "
+                                 f"({edge_features})")
+            weight_layers = len(layer_features)
+        if weight_layers < 1:
+            raise ValueError(f"StatNN: weight_layers={weight_layers}: expected at least 1")
+        super().__init__(hidden_dim, num_layers, dropout, edge_features=edge_features)
+        self.encoder = StatisticsInput(layer_features, weight_layers)  # no graph encoder: statistics in
+        sizes = [self.encoder.size] + [hidden_dim] * num_layers
+        mlp: list[nn.Module] = []
+        for d_in, d_out in zip(sizes, sizes[1:]):
+            mlp += [nn.Linear(d_in, d_out), nn.ReLU()] + ([nn.Dropout(dropout)] if dropout else [])
+        self.mlp = nn.Sequential(*mlp)
+
+    def reset_parameters(self) -> None:
+        for module in self.mlp:
+            if isinstance(module, nn.Linear):
+                module.reset_parameters()
+
+    def context(self, graph: Graph, blocks: Optional[WeightBlocks] = None) -> GraphContext:
+        return graph_context(graph, dense=False)
+
+    def forward(self, graph: Graph, context: Optional[GraphContext] = None) -> tuple[Tensor, Tensor]:
+        """The MLP's ``[B, hidden_dim]`` output, as the features of every node ``[N, hidden_dim]`` and
+        every edge ``[E, hidden_dim]`` of its network."""
+        context = self.context(graph) if context is None else context
+        h = self.mlp(self.encoder(graph))
+        return h[context.batch], h[context.batch[graph.edge_index[1]]]
+
+    @classmethod
+    def spec_arguments(cls, spec: GraphSpec) -> dict[str, Any]:
+        """The edge feature width; graphs with skip or shortcut edges are refused (no per-layer statistics)."""
+        if spec.skip_edges:
+            raise ValueError("statnn: reads chains of layers; the data's graphs have skip or shortcut edges")
+        return {"edge_features": spec.edge_features}
+
+    def __repr__(self) -> str:
+        return (f"StatNN(hidden_dim={self.hidden_dim}, num_layers={self.num_layers}, dropout={self.dropout}, "
+                f"layer_features={self.encoder.layer_features}, weight_layers={self.encoder.weight_layers})")
