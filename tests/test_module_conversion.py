@@ -1,5 +1,7 @@
 """module_to_graph reads the module's data flow (torch.fx): layers, residual adds as skip edges,
 activations as a node field; round trips compute the same outputs and what it cannot convert is named."""
+import copy
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -344,15 +346,20 @@ def test_batchnorm_folding_errors():
 
 
 @pytest.mark.parametrize("norm", [nn.BatchNorm2d(8), nn.BatchNorm2d(8, affine=False), nn.SyncBatchNorm(8)])
-def test_an_unfolded_batchnorm_is_an_error_naming_fold_batchnorm(norm):
-    cnn = nn.Sequential(nn.Conv2d(1, 8, 3), norm, nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 2)).eval()
-    message = (rf"^layer '1' \({type(norm).__name__}\): fold it into the preceding conv or Linear first: "
-               r"`module_to_graph\(fold_batchnorm\(model\.eval\(\)\), \.\.\.\)` "
-               r"\(from neuralgraph\.graph import fold_batchnorm\)$")
-    with pytest.raises(GraphConversionError, match=message):
+def test_batchnorm_is_folded_in_eval_mode_and_refused_in_training_mode(norm):
+    cnn = nn.Sequential(nn.Conv2d(1, 8, 3), norm, nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4 * 4, 2))
+    with pytest.raises(GraphConversionError, match=r"^Sequential is in training mode: BatchNorm is folded with its "
+                                                   r"running statistics at inference; call .eval\(\) first$"):
         module_to_graph(cnn)
-    if isinstance(norm, nn.BatchNorm2d):
-        assert module_to_graph(fold_batchnorm(cnn)).layout == (1, 8, 2)
+    cnn.eval()
+    graph = module_to_graph(cnn)
+    assert graph.layout == (1, 8, 2)
+    assert torch.equal(graph.edge_attr, module_to_graph(fold_batchnorm(cnn)).edge_attr)
+    x = torch.randn(3, 1, 6, 6)
+    rebuilt = graph_to_module(graph, copy.deepcopy(cnn), example_input=x)
+    assert isinstance(rebuilt[1], type(norm))
+    with torch.no_grad():
+        torch.testing.assert_close(rebuilt(x), cnn(x))
 
 
 def test_each_layer_records_its_activation_and_a_second_or_unknown_one_is_refused():

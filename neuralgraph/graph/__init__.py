@@ -2,6 +2,7 @@
 from neuralgraph.graph.batch import batch_graphs
 from neuralgraph.graph.build import blocks_to_graph, mlp_to_graph
 from neuralgraph.graph.convert import (
+    ElementConverter,
     LayerConverter,
     fold_batchnorm,
     graph_to_module,
@@ -19,6 +20,7 @@ from neuralgraph.graph.decode import (
 from neuralgraph.graph.permutation import permute_mlp, random_hidden_permutation, random_hidden_permutations
 from neuralgraph.graph.scaling import random_hidden_scalings, rescale_mlp, scaling_invariant
 from neuralgraph.graph.schema import (
+    CHAIN_EDGE_KINDS,
     EDGE_KINDS,
     SCALING_GROUPS,
     SHORTCUT_EDGE,
@@ -36,7 +38,9 @@ from neuralgraph.graph.spec import GraphSpec
 
 __all__ = [
     "Activation",
+    "CHAIN_EDGE_KINDS",
     "EDGE_KINDS",
+    "ElementConverter",
     "Graph",
     "GraphConversionError",
     "GraphSpec",

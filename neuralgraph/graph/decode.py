@@ -13,6 +13,7 @@ from torch import Tensor
 from torch_geometric.data import Batch
 
 from neuralgraph.graph.schema import (
+    CHAIN_EDGE_KINDS,
     EDGE_KINDS,
     SHORTCUT_EDGE,
     SKIP_EDGE,
@@ -52,6 +53,7 @@ def graph_to_blocks(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
     shortcut edges (``edge_kind``) are left out (:func:`graph_skips`, :func:`graph_shortcuts`).
     """
     layout = common_layout(graph)
+    _refuse_general(graph, "graph_to_blocks")
     graph = _weight_edges(graph)
     B = graph.num_graphs if isinstance(graph, Batch) else 1
     device = graph.x.device
@@ -96,6 +98,15 @@ def graph_to_blocks(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
     ]
     biases = list(node_values[:, layout[0]:].split(layout[1:], dim=1))
     return weights, biases
+
+
+def _refuse_general(graph: Graph, reader: str) -> None:
+    """A general parameter graph (normalisation, attention or position edges) has no per-layer weight blocks."""
+    kind = getattr(graph, "edge_kind", None)
+    if kind is not None and bool((kind >= len(CHAIN_EDGE_KINDS)).any()):
+        first = EDGE_KINDS[int(kind[kind >= len(CHAIN_EDGE_KINDS)][0])] if int(kind.max()) < len(EDGE_KINDS) else "?"
+        raise GraphConversionError(f"graph has {first} edges (edge_kind): a general parameter graph, which {reader} "
+                                   "cannot read as per-layer weight blocks; use graph_to_module(graph, template)")
 
 
 def _weight_edges(graph: Graph) -> Graph:

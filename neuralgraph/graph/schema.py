@@ -55,8 +55,19 @@ Shortcut = tuple[int, int, Tensor]  # (a, b, block [(B,) d_b, d_a, f]): a projec
 
 NODE_FIELDS = ("x", "node_layer", "node_index", "node_type")
 EDGE_FIELDS = ("edge_attr", "edge_layer")
-EDGE_KINDS = ("weight", "skip", "shortcut")
-WEIGHT_EDGE, SKIP_EDGE, SHORTCUT_EDGE = range(len(EDGE_KINDS))
+#: Edge kinds, by code (only ever appended). A chain's weights, residual skips and projection
+#: shortcuts; then the elements of :mod:`neuralgraph.graph.convert.elements`: a normalisation's
+#: ``gamma`` (one edge per feature into the normalised layer), membership of a neuron in its
+#: group node (attention head, GroupNorm group), the query/key/value projections, the
+#: attention's output projection, the query -> key pairing of one head dimension and a
+#: positional embedding (from ordered token-position nodes into the channels they are added to).
+EDGE_KINDS = ("weight", "skip", "shortcut", "layer_norm", "rms_norm", "group_norm", "member",
+              "query", "key", "value", "attention_output", "pair", "position")
+(WEIGHT_EDGE, SKIP_EDGE, SHORTCUT_EDGE, LAYER_NORM_EDGE, RMS_NORM_EDGE, GROUP_NORM_EDGE, MEMBER_EDGE,
+ QUERY_EDGE, KEY_EDGE, VALUE_EDGE, ATTENTION_OUTPUT_EDGE, PAIR_EDGE, POSITION_EDGE) = range(len(EDGE_KINDS))
+#: Kinds a chain of layers has (``graph_to_blocks`` reads such graphs); any other kind makes a
+#: general parameter graph, read by message passing only.
+CHAIN_EDGE_KINDS = (WEIGHT_EDGE, SKIP_EDGE, SHORTCUT_EDGE)
 #: Groups of hidden-neuron rescalings ``q`` an activation can commute with (:mod:`neuralgraph.graph.scaling`).
 SCALING_GROUPS = ("sign", "scale")
 

@@ -219,6 +219,8 @@ class Metanet(nn.Module):
         add their own facts; one that cannot read such graphs raises ValueError saying why.
         """
         arguments: dict[str, Any] = {"edge_features": spec.edge_features}
+        if max(spec.depths) > MAX_LAYERS:  # e.g. a transformer's graph: some 11 node layers per block
+            arguments["max_layers"] = max(spec.depths)
         if spec.skip_edges:
             arguments["skip_edges"] = True
         if spec.varying_activations:
@@ -232,12 +234,13 @@ class Metanet(nn.Module):
         metanet has (a decoder built by hand without ``scaling`` on ScaleGMN features is not
         sign-equivariant). ``options``: the decoder's ``max_layers``, ``init_scale``, ``members``.
         """
-        return WeightDecoder(self.hidden_dim, k, scaling=self.scaling, **options)
+        return WeightDecoder(self.hidden_dim, k, scaling=self.scaling, **{"max_layers": self.encoder.max_layers, **options})
 
     def readout(self, out_dim: int, **options) -> InvariantReadout:
         """The :class:`~neuralgraph.nn.heads.InvariantReadout` to ``out_dim`` outputs for these features,
         with this metanet's width and scaling group. ``options``: ``max_layers``, ``mlp_dim``."""
-        return InvariantReadout(self.hidden_dim, out_dim, scaling=self.scaling, **options)
+        return InvariantReadout(self.hidden_dim, out_dim, scaling=self.scaling,
+                                **{"max_layers": self.encoder.max_layers, **options})
 
     def __repr__(self) -> str:
         return (

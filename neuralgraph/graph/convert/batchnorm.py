@@ -1,5 +1,10 @@
 """BatchNorm is folded into the layer before it, not represented in the graph.
 
+``module_to_graph`` folds an eval-mode module's BatchNorms itself (a module in training mode is
+refused: its normalisation uses batch statistics), and ``graph_to_module`` with a BatchNorm
+template writes the folded weights into the layers and makes each BatchNorm the identity plus
+the folded bias (:func:`unfold_into`), so the template's own module type comes back.
+
 At inference a ``BatchNorm`` after a convolution (or a ``Linear``) is an affine map per output
 channel, ``y = gamma (conv(x) - mu) / sqrt(var + eps) + beta``, so it is absorbed into the
 convolution: ``W' = W gamma / sqrt(var + eps)`` (per output channel) and
@@ -14,18 +19,28 @@ from __future__ import annotations
 
 import copy
 
+from typing import Optional
+
+import torch
 from torch import fx, nn
 from torch.nn.utils import fuse_conv_bn_eval, fuse_linear_bn_eval
 
 from neuralgraph.graph.schema import GraphConversionError
 
-_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
-_FOLDS = {(nn.Conv1d, nn.BatchNorm1d): fuse_conv_bn_eval, (nn.Conv2d, nn.BatchNorm2d): fuse_conv_bn_eval,
-          (nn.Conv3d, nn.BatchNorm3d): fuse_conv_bn_eval, (nn.Linear, nn.BatchNorm1d): fuse_linear_bn_eval}
+_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
+_FOLDS = {(nn.Conv1d, (nn.BatchNorm1d, nn.SyncBatchNorm)): fuse_conv_bn_eval,
+          (nn.Conv2d, (nn.BatchNorm2d, nn.SyncBatchNorm)): fuse_conv_bn_eval,
+          (nn.Conv3d, (nn.BatchNorm3d, nn.SyncBatchNorm)): fuse_conv_bn_eval,
+          (nn.Linear, nn.BatchNorm1d): fuse_linear_bn_eval}
 
 
-def _fuse(module: nn.Module) -> fx.GraphModule:
-    """The traced copy of ``module`` with each BatchNorm that alone reads a layer's output folded into it."""
+def has_batchnorm(module: nn.Module) -> bool:
+    return any(isinstance(sub, _NORMS) for sub in module.modules())
+
+
+def _fuse(module: nn.Module, pairs: Optional[list[tuple[str, str]]] = None) -> fx.GraphModule:
+    """The traced copy of ``module`` with each BatchNorm that alone reads a layer's output folded
+    into it; ``pairs`` collects ``(layer, norm)`` qualified names."""
     traced = fx.symbolic_trace(copy.deepcopy(module))
     modules = dict(traced.named_modules())
     for node in list(traced.graph.nodes):
@@ -33,12 +48,15 @@ def _fuse(module: nn.Module) -> fx.GraphModule:
         if not isinstance(layer, fx.Node) or layer.op != "call_module" or len(layer.users) > 1:
             continue
         norm = modules[node.target]
-        fold = _FOLDS.get((type(modules[layer.target]), type(norm)))
+        fold = next((f for (layer_type, norm_type), f in _FOLDS.items()
+                     if type(modules[layer.target]) is layer_type and isinstance(norm, norm_type)), None)
         if fold is None or not norm.track_running_stats:
             continue
         parent, _, name = layer.target.rpartition(".")
         modules[layer.target] = fold(modules[layer.target], norm)
         setattr(modules[parent], name, modules[layer.target])
+        if pairs is not None:
+            pairs.append((layer.target, node.target))
         node.replace_all_uses_with(layer)
         traced.graph.erase_node(node)
     return fx.GraphModule(traced, traced.graph)
@@ -68,3 +86,36 @@ def fold_batchnorm(module: nn.Module) -> nn.Module:
         raise GraphConversionError(f"layer {left[0]!r} ({type(folded.get_submodule(left[0])).__name__}) does not "
                                    "directly follow a convolution or Linear, so it cannot be folded into one")
     return folded.eval()
+
+
+def unfold_into(template: nn.Module, folded: nn.Module) -> nn.Module:
+    """A copy of ``template`` computing what ``folded`` (its folded form, see :func:`fold_batchnorm`) computes.
+
+    Each folded layer's weight goes into the template's layer; the BatchNorm after it becomes
+    the identity (``gamma`` 1, running mean 0, running variance ``1 - eps``) and the folded bias
+    goes into its ``beta`` (the layer's own bias, if any, 0), or, without ``beta``, into the layer's bias.
+    """
+    pairs: list[tuple[str, str]] = []
+    _fuse(template, pairs)
+    result = copy.deepcopy(template)
+    with torch.no_grad():
+        for layer_name, norm_name in pairs:
+            layer, norm, fused = (result.get_submodule(layer_name), result.get_submodule(norm_name),
+                                  folded.get_submodule(layer_name))
+            layer.weight.copy_(fused.weight)
+            norm.running_mean.zero_()
+            norm.running_var.fill_(1 - norm.eps)
+            if norm.affine:
+                norm.weight.fill_(1)
+                norm.bias.copy_(fused.bias)
+                if layer.bias is not None:
+                    layer.bias.zero_()
+            elif layer.bias is not None:
+                layer.bias.copy_(fused.bias)
+            elif bool((fused.bias != 0).any()):
+                raise GraphConversionError(f"layers {layer_name!r} and {norm_name!r} have no bias to hold the "
+                                           "graph's biases of their neurons")
+        for name, param in folded.named_parameters():  # every layer not followed by a BatchNorm
+            if name.rpartition(".")[0] not in {layer for layer, _ in pairs}:
+                result.get_parameter(name).copy_(param)
+    return result.eval()

@@ -20,6 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from neuralgraph.graph.build import blocks_to_graph
+from neuralgraph.graph.convert.batchnorm import fold_batchnorm, has_batchnorm, unfold_into
+from neuralgraph.graph.convert.general import general_graph, load_general
 from neuralgraph.graph.convert.registry import LayerConverter
 from neuralgraph.graph.convert.state_dict import StateDict, state_dict_layers
 from neuralgraph.graph.convert.trace import Chain, trace_chain
@@ -88,8 +90,13 @@ def module_to_graph(source: Union[nn.Module, StateDict], example_input: Optional
     (:data:`SHORTCUT_BIAS_ULPS` units of the dtype's precision, relative to the largest output).
     """
     if isinstance(source, nn.Module):
+        if has_batchnorm(source):
+            source = fold_batchnorm(source)
         chain = trace_chain(source, example_input)
-        graph = _to_graph(_module_layers(source, chain), chain, _module_shortcuts(source, chain))
+        if chain.general:
+            graph = general_graph(source, chain)[0]
+        else:
+            graph = _to_graph(_module_layers(source, chain), chain, _module_shortcuts(source, chain))
         graph.architecture = chain.architecture
         _check_rebuilt(graph, source, chain, example_input)
         return graph
@@ -106,7 +113,7 @@ def _check_rebuilt(graph: Graph, module: nn.Module, chain: Chain, example_input:
         example_input = torch.randn(chain.probe_shape, generator=generator, dtype=chain.probe_dtype).to(weight.device)
     with torch.no_grad():
         expected = copy.deepcopy(module).eval()(example_input)
-        rebuilt = _load(graph, copy.deepcopy(module), _module_layers, chain).eval()(example_input)
+        rebuilt = _load_module(graph, copy.deepcopy(module), chain).eval()(example_input)
     moved = any(bias is not None and bool((bias != 0).any()) for _, _, bias, _, _, _ in _module_shortcuts(module, chain))
     tolerance = SHORTCUT_BIAS_ULPS * torch.finfo(expected.dtype).eps if moved else 0.0
     if not torch.allclose(rebuilt, expected, rtol=tolerance, atol=tolerance * float(expected.abs().max())):
@@ -130,11 +137,23 @@ def graph_to_module(graph: Graph, template: Union[nn.Module, StateDict],
     if getattr(graph, "num_graphs", 1) != 1:
         raise GraphConversionError("graph_to_module takes a single graph; index the batch first")
     if isinstance(template, nn.Module):
-        chain = trace_chain(template, example_input)
-        return _load(graph, copy.deepcopy(template), _module_layers, chain)
+        if has_batchnorm(template):
+            folded = fold_batchnorm(template)
+            loaded = _load_module(graph, folded, trace_chain(folded, example_input))
+            return unfold_into(template, loaded)
+        return _load_module(graph, copy.deepcopy(template), trace_chain(template, example_input))
     if isinstance(template, Mapping):
         return _load(graph, OrderedDict(template), lambda state, _: state_dict_layers(state), None)
     raise GraphConversionError(f"template must be an nn.Module or a state dict, got {type(template).__name__}")
+
+
+def _load_module(graph: Graph, result: nn.Module, chain: Chain) -> nn.Module:
+    """Write the graph's parameters into the module copy ``result``, by the chain or general layout."""
+    if chain.general:
+        result = load_general(graph, result, chain)
+        _check_architecture(graph, chain)
+        return result
+    return _load(graph, result, _module_layers, chain)
 
 
 def _weight(name: str, weight: Tensor, bias: Optional[Tensor], conv: LayerConverter, block: Tensor,
@@ -180,16 +199,8 @@ def _load(graph: Graph, result, read_layers, chain: Optional[Chain]):
             name, weight, bias, conv = in_template[pair]
             new_weight = _weight(name, weight, bias, conv, block, layout[pair[0]])
             updates.append((name, weight, bias, new_weight, None if bias is None else torch.zeros_like(bias)))
-    recorded = getattr(graph, "architecture", None)
-    if chain is not None and recorded is not None and tuple(recorded) != chain.architecture:
-        step, (found, wanted) = next(
-            (i, pair) for i, pair in enumerate(itertools.zip_longest(recorded, chain.architecture, fillvalue="<end>"), 1)
-            if pair[0] != pair[1]
-        )
-        raise GraphConversionError(
-            f"the template's architecture differs from the graph's at step {step}: graph {found!r}, "
-            f"template {wanted!r} (delete graph.architecture to load the weights regardless)"
-        )
+    if chain is not None:
+        _check_architecture(graph, chain)
     for name, weight, bias, new_weight, b in updates:
         if isinstance(result, nn.Module):
             with torch.no_grad():
@@ -201,3 +212,17 @@ def _load(graph: Graph, result, read_layers, chain: Optional[Chain]):
             if bias is not None:
                 result[f"{name}.bias"] = b.to(bias.dtype)
     return result
+
+
+def _check_architecture(graph: Graph, chain: Chain) -> None:
+    """A graph that records an architecture matches the template's, step by step."""
+    recorded = getattr(graph, "architecture", None)
+    if recorded is not None and tuple(recorded) != chain.architecture:
+        step, (found, wanted) = next(
+            (i, pair) for i, pair in enumerate(itertools.zip_longest(recorded, chain.architecture, fillvalue="<end>"), 1)
+            if pair[0] != pair[1]
+        )
+        raise GraphConversionError(
+            f"the template's architecture differs from the graph's at step {step}: graph {found!r}, "
+            f"template {wanted!r} (delete graph.architecture to load the weights regardless)"
+        )

@@ -40,11 +40,13 @@ class LayerConverter(abc.ABC):
         return f"{type(module).__name__}({module.extra_repr()})"
 
 
-_CONVERTERS: dict[type, LayerConverter] = {}
+_CONVERTERS: dict[type, object] = {}
 
 
 def register_converter(layer_type: type):
-    """Class decorator registering a :class:`LayerConverter` for ``layer_type`` (and subclasses)."""
+    """Class decorator registering a converter for ``layer_type`` (and subclasses): a
+    :class:`LayerConverter`, or an :class:`~neuralgraph.graph.convert.elements.ElementConverter`
+    for a layer that becomes several node layers."""
 
     def decorator(converter_cls):
         _CONVERTERS[layer_type] = converter_cls()
@@ -53,7 +55,7 @@ def register_converter(layer_type: type):
     return decorator
 
 
-def converter_for(layer: Union[nn.Module, type]) -> Optional[LayerConverter]:
+def converter_for(layer: Union[nn.Module, type]) -> Optional[object]:
     """The converter registered for ``layer`` (a module or a layer type) or its nearest base class; None if none."""
     for cls in (layer if isinstance(layer, type) else type(layer)).__mro__:
         if cls in _CONVERTERS:

@@ -37,6 +37,7 @@ from typing import Optional
 import torch
 from torch import Tensor, fx, nn
 
+from neuralgraph.graph.convert.elements import ElementConverter
 from neuralgraph.graph.convert.registry import LayerConverter, converter_for
 from neuralgraph.graph.schema import Activation, GraphConversionError
 
@@ -86,6 +87,29 @@ class Chain:
     activations: tuple[Activation, ...]
     probe_shape: tuple[int, ...]
     probe_dtype: torch.dtype
+    pieces: tuple["Piece", ...] = ()
+    widths: tuple[int, ...] = ()  # neurons of each node layer, in the order the walk made them
+    roles: tuple[str, ...] = ()  # "input", "hidden", "output", "group" or "position" per node layer
+
+    @property
+    def general(self) -> bool:
+        """Whether the module has elements beyond a chain of layers (a general parameter graph)."""
+        return any(not isinstance(p.converter, LayerConverter) for p in self.pieces)
+
+
+POSITION = "position"  # the converter of a positional-embedding piece
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One converted layer, element or positional embedding: its qualified name, converter
+    (:class:`LayerConverter`, :class:`ElementConverter` or :data:`POSITION`), the node layer it
+    reads and the node layers it makes (a positional embedding: its position nodes, added to ``source``)."""
+
+    name: str
+    converter: object
+    source: int
+    levels: tuple[int, ...]
 
 
 _ACTIVATION_MODULES = {nn.ReLU: Activation.RELU, nn.Tanh: Activation.TANH, nn.Sigmoid: Activation.SIGMOID,
@@ -103,6 +127,7 @@ _STRUCTURAL_MODULES = (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.MaxPool1d, n
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
                 nn.LazyBatchNorm1d, nn.LazyBatchNorm2d, nn.LazyBatchNorm3d)
 _STRUCTURAL_CALLS = {"flatten", "view", "reshape", "contiguous", "mean", "dropout", "mul", "truediv", "add", "sub",
+                     "transpose", "permute", "swapaxes", "squeeze", "unsqueeze", "getitem", "sum",
                      "avg_pool1d", "avg_pool2d", "avg_pool3d", "max_pool1d", "max_pool2d", "max_pool3d",
                      "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool1d",
                      "adaptive_max_pool2d", "adaptive_max_pool3d"}
@@ -151,10 +176,9 @@ class _Walk:
         return f"node {node.name!r}"
 
     def claim(self, node: fx.Node) -> Optional[LayerConverter]:
-        """The converter that turns ``node`` into graph edges, or None for a parameter-free step."""
-        if node.op == "call_module":
-            return converter_for(self.gm.get_submodule(node.target))
-        return None
+        """The layer converter that turns ``node`` into one edge block, or None (a parameter-free step, an element)."""
+        converter = converter_for(self.gm.get_submodule(node.target)) if node.op == "call_module" else None
+        return converter if isinstance(converter, LayerConverter) else None
 
     def activation(self, node: fx.Node) -> Optional[Activation]:
         """The :class:`Activation` of a parameter-free step, or None for a structural one
@@ -213,18 +237,25 @@ class _Walk:
         raise GraphConversionError(f"{self.label(furthest.node)} cannot run on inputs of shape {shapes} (probe): {error}{layer}")
 
     def chain(self) -> Chain:
-        """Layers, skips and architecture; an error names the first node the graph cannot record.
+        """Layers, elements, skips and architecture; an error names the first node the graph cannot record.
 
         Every data node gets the node layer whose neurons its channels are (``level``): the
-        input 0, a converted layer a new one, a parameter-free step its input's. Each node reads
-        the chain's latest value (``head``), except a residual add, whose other operand is an
-        earlier layer's value of the same shape: a skip from that layer to the head's.
+        input 0, a converted layer a new one, an element (:mod:`~neuralgraph.graph.convert.elements`)
+        several, a parameter-free step its input's. Each node reads the chain's latest value
+        (``head``), except a residual add, whose other operand is an earlier layer's value of the
+        same shape: a skip from that layer to the head's. The axis holding the neurons of each
+        value (``axis``: 1 for images, the last for tokens) is followed through transposes,
+        flattens and reductions, so that skips and norms are checked on the right axis.
         """
-        layers, architecture, skips, shortcuts = [], [], [], []
+        layers, architecture, skips, shortcuts, pieces = [], [], [], [], []
         level: dict[fx.Node, int] = {}
+        self.axis: dict[fx.Node, Optional[int]] = {}
+        self.widths: list[int] = []
+        self.roles: list[str] = ["input"]
         pending: dict[fx.Node, int] = {}  # shortcut layer -> node layer it reads, until its add
         joined: set[tuple[int, int]] = set()  # node layers joined by a skip or shortcut
         activations: dict[int, tuple[Activation, fx.Node]] = {}
+        parameters = dict(self.gm.named_parameters())
         head = None
         for node in self.gm.graph.nodes:
             if node.op == "output":
@@ -236,10 +267,30 @@ class _Walk:
                 break
             value = self.values.get(node)
             inputs = [i for i in node.all_input_nodes if i in level or i in pending]
-            if not isinstance(value, Tensor) or not (inputs or node.op == "placeholder" and head is None):
+            if inputs and head is not None and head.op == "call_module" and self.element(head) is not None \
+                    and isinstance(self.values.get(head), tuple):
+                if inputs != [head] or node.target is not operator.getitem or node.args[1] != 0:
+                    raise GraphConversionError(f"{self.label(head)} returns a tuple of which only the output "
+                                               f"[0] is a graph element; {self.label(node)} reads it otherwise")
+                level[node], self.axis[node] = level[head], self.axis[head]
+                head = node
                 continue
+            if not inputs and not (node.op == "placeholder" and head is None):
+                continue
+            if not isinstance(value, Tensor) and self.element(node) is None:
+                continue
+            free = self._free_parameters(node, level, parameters)
             if node.op == "placeholder":
-                level[node] = 0
+                level[node], self.axis[node] = 0, 1
+                self.widths.append(value.shape[1] if value.dim() > 1 else 1)
+            elif free and self._is_add(node) and inputs == [head] and len(free) == 1 \
+                    and any(a is free[0][1] for a in node.args):
+                name, _ = free[0]
+                self._position(node, name, head, level)
+                pieces.append(Piece(name, POSITION, level[head], (len(self.widths) - 1,)))
+                architecture.append(self._step(node, head))
+            elif free:
+                self._refuse_parameter(free[0][0], f" by {self.label(node)}")
             elif len(inputs) == 2 and head in inputs and self._is_add(node):
                 skip = inputs[1 - inputs.index(head)]
                 if skip in pending:
@@ -249,12 +300,13 @@ class _Walk:
                 else:
                     level[node] = self._merge(node, skip, level[skip], head, level, joined, identity=True)
                     skips.append((level[skip], level[node]))
+                self.axis[node] = self.axis[head]
                 architecture.append(self._step(node, head))
             elif len(inputs) > 1:
                 names = ", ".join(repr(i.name) for i in inputs)
                 raise GraphConversionError(
                     f"{self.label(node)} combines {names}: a merge other than a residual add of the chain's "
-                    "value and an earlier layer's value of the same shape"
+                    "value and an earlier layer's value of the same shape (cross-attention, concatenation, products)"
                 )
             elif self.claim(node) is not None and self._is_shortcut(node, inputs[0]):
                 self._refuse_second_call(node, layers, shortcuts)
@@ -269,13 +321,26 @@ class _Walk:
                     "that does not end in a residual add of an unchanged value"
                 )
             elif self.claim(node) is not None:
-                self._refuse_second_call(node, layers, shortcuts)
-                layers.append((node.target, self.claim(node)))
-                architecture.append(self.claim(node).describe(self.gm.get_submodule(node.target)))
-                level[node] = len(layers)
+                self._refuse_second_call(node, layers, shortcuts, pieces)
+                converter = self.claim(node)
+                layers.append((node.target, converter))
+                pieces.append(Piece(node.target, converter, level[head], (len(self.widths),)))
+                architecture.append(converter.describe(self.gm.get_submodule(node.target)))
+                self.axis[node] = 1 if value.dim() > 1 and not isinstance(self.gm.get_submodule(node.target),
+                                                                        nn.Linear) else value.dim() - 1
+                level[node] = self._new_level(value.shape[self.axis[node]] if value.dim() > 1 else 1, "hidden")
+            elif self.element(node) is not None:
+                self._refuse_second_call(node, layers, shortcuts, pieces)
+                sub, converter = self.gm.get_submodule(node.target), self.element(node)
+                self._check_element_input(node, sub, converter, head, level)
+                new = tuple(self._new_level(width, role) for width, role in converter.layers(sub))
+                pieces.append(Piece(node.target, converter, level[head], new))
+                architecture.append(converter.describe(sub))
+                level[node], self.axis[node] = new[converter.output], self.axis[head]
             else:
                 architecture.append(self._step(node, head))
                 level[node] = level[head]
+                self.axis[node] = self._follow_axis(node, head)
                 name = self.activation(node)
                 if name is not None:
                     if level[node] in activations:
@@ -288,13 +353,98 @@ class _Walk:
             head = node
         if not layers:
             raise GraphConversionError(f"{type(self.module).__name__} has no parametric layers to convert")
-        self._check_parameters(layers + [(name, converter) for name, converter, _, _ in shortcuts])
-        names = tuple(activations[l][0] if l in activations else Activation.IDENTITY for l in range(len(layers) + 1))
+        self.roles[level[head]] = "output" if self.roles[level[head]] == "hidden" else self.roles[level[head]]
+        self._check_parameters([name for name, _ in layers] + [name for name, _, _, _ in shortcuts]
+                               + [p.name for p in pieces])
+        names = tuple(activations[l][0] if l in activations else Activation.IDENTITY for l in range(len(self.widths)))
         return Chain(tuple(layers), tuple(architecture), tuple(skips), tuple(shortcuts), names, self.probe_shape,
-                      self.probe_dtype)
+                     self.probe_dtype, tuple(pieces), tuple(self.widths), tuple(self.roles))
 
-    def _refuse_second_call(self, node: fx.Node, layers: list, shortcuts: list) -> None:
-        if any(name == node.target for name in [l[0] for l in layers] + [s[0] for s in shortcuts]):
+    def _new_level(self, width: int, role: str) -> int:
+        self.widths.append(int(width))
+        self.roles.append(role)
+        return len(self.widths) - 1
+
+    def element(self, node: fx.Node) -> Optional[ElementConverter]:
+        """The element converter of ``node`` (a normalisation, attention), or None."""
+        converter = converter_for(self.gm.get_submodule(node.target)) if node.op == "call_module" else None
+        return converter if isinstance(converter, ElementConverter) else None
+
+    def _free_parameters(self, node: fx.Node, level: dict, parameters: dict) -> list[tuple[str, fx.Node]]:
+        """Parameters ``node`` reads outside any layer: ``(name, get_attr node)``, through parameter-only steps."""
+        found, seen, todo = [], set(), [i for i in node.all_input_nodes if i not in level]
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            if current.op == "get_attr" and current.target in parameters:
+                found.append((current.target, current))
+            elif current.op != "placeholder":
+                todo.extend(i for i in current.all_input_nodes if i not in level)
+        return found
+
+    def _position(self, node: fx.Node, name: str, head: fx.Node, level: dict) -> None:
+        """Check ``head + parameter`` is a positional embedding ``[1, T, D]`` (or ``[T, D]``) on tokens."""
+        shape, param = tuple(self.values[head].shape), tuple(self.gm.get_parameter(name).shape)
+        axis = self.axis.get(head)
+        padded = (1,) * (len(shape) - len(param)) + param
+        others = [d for i, d in enumerate(padded) if i != axis and d != 1]
+        if axis is None or axis != len(shape) - 1 or len(padded) != len(shape) or padded[axis] != shape[axis] \
+                or len(others) != 1 or any(p not in (1, s) for p, s in zip(padded, shape)):
+            raise GraphConversionError(
+                f"parameter {name!r} {param} is added to {self.label(head)} {shape} but is not a positional embedding "
+                "(one value per token and channel, channels on the last axis)")
+        level[node], self.axis[node] = level[head], axis
+        self.widths.append(others[0])
+        self.roles.append("position")
+
+    def _check_element_input(self, node: fx.Node, sub: nn.Module, converter: ElementConverter, head: fx.Node,
+                             level: dict) -> None:
+        """The element reads its features on the axis it expects, as many as the layer before has neurons."""
+        shape, axis = tuple(self.values[head].shape), self.axis.get(head)
+        expected = len(shape) - 1 if converter.feature_axis == "last" else 1
+        try:
+            width = converter.in_width(sub)
+        except GraphConversionError as err:
+            raise GraphConversionError(f"{self.label(node)}: {err}") from None
+        if axis != expected or shape[axis] != width or self.widths[level[head]] != width:
+            where = "the last axis" if converter.feature_axis == "last" else "dimension 1"
+            raise GraphConversionError(
+                f"{self.label(node)} reads {width} features on {where} of {self.label(head)} {shape}, whose neurons "
+                f"({self.widths[level[head]]}) are on axis {axis}: not a per-neuron element")
+
+    def _follow_axis(self, node: fx.Node, head: fx.Node) -> Optional[int]:
+        """The axis of ``node``'s value holding the neurons, from the head's (None once merged away)."""
+        axis, before, after = self.axis.get(head), self.values[head], self.values[node]
+        if axis is None or not isinstance(after, Tensor):
+            return None
+        name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+        args = [a for a in node.args[1:] if not isinstance(a, fx.Node)]
+        norm = lambda d: d % before.dim()  # noqa: E731
+        if name in ("transpose", "swapaxes") and len(args) == 2:
+            a, b = map(norm, args)
+            return b if axis == a else a if axis == b else axis
+        if name == "permute":
+            dims = [norm(d) for d in (args[0] if len(args) == 1 and isinstance(args[0], (tuple, list)) else args)]
+            return dims.index(axis)
+        if name == "flatten":
+            start = norm(node.kwargs.get("start_dim", args[0] if args else 0))
+            end = norm(node.kwargs.get("end_dim", args[1] if len(args) > 1 else -1))
+            return axis if axis < start else axis - (end - start) if axis > end else None
+        if after.dim() == before.dim() and tuple(after.shape[:axis + 1]) == tuple(before.shape[:axis + 1]):
+            return axis
+        if name in ("mean", "sum", "amax", "max") and after.dim() < before.dim():
+            dims = node.kwargs.get("dim", args[0] if args else None)
+            dims = [norm(d) for d in (dims if isinstance(dims, (tuple, list)) else [dims])] if dims is not None else []
+            return None if axis in dims or not dims else axis - sum(d < axis for d in dims)
+        if after.dim() > axis and tuple(after.shape[:axis + 1]) == tuple(before.shape[:axis + 1]):
+            return axis  # trailing axes merged or dropped: a flatten after global pooling
+        return None
+
+    def _refuse_second_call(self, node: fx.Node, layers: list, shortcuts: list, pieces: list = ()) -> None:
+        names = [l[0] for l in layers] + [s[0] for s in shortcuts] + [p.name for p in pieces]
+        if node.target in names:
             raise GraphConversionError(f"{self.label(node)} is called more than once (shared weights)")
 
     def _is_add(self, node: fx.Node) -> bool:
@@ -328,39 +478,39 @@ class _Walk:
                 f"{self.label(node)} adds {skip.name!r} to {head.name!r}, two values of layer {b} with no layer "
                 "between them: a merge the graph cannot record"
             )
-        widths = (self._width(a, level),) * identity + (self._width(b, level),)
-        if any(shapes[0][1:2] != (width,) for width in widths):
+        axis = self.axis.get(head)
+        widths = (self.widths[a],) * identity + (self.widths[b],)
+        if axis is None or self.axis.get(skip, axis) != axis or any(shapes[0][axis] != width for width in widths):
             raise GraphConversionError(
                 f"{self.label(node)} adds values of shape {shapes[0]} that do not keep the {' and '.join(map(str, widths))} "
-                f"neurons of layer{'s ' + str(a) + ' and' if identity else ''} {b} on dimension 1"
+                f"neurons of layer{'s ' + str(a) + ' and' if identity else ''} {b} on one axis"
             )
         if (a, b) in joined:
             raise GraphConversionError(f"{self.label(node)} adds a second skip from layer {a} to layer {b}")
         joined.add((a, b))
         return b
 
-    def _width(self, l: int, level: dict[fx.Node, int]) -> int:
-        """Number of neurons (channels) of node layer ``l``: dim 1 of the value that starts it."""
-        start = next(n for n, k in level.items() if k == l)
-        return self.values[start].shape[1]
-
-    def _check_parameters(self, layers: list[tuple[str, LayerConverter]]) -> None:
-        """Every parameter of the module belongs to a converted layer."""
-        held = {name for name, _ in layers}
+    def _check_parameters(self, held: list[str]) -> None:
+        """Every parameter of the module belongs to a converted layer or element."""
         for name, _ in self.module.named_parameters():
             owner = name.rpartition(".")[0]
-            if not any(owner == layer or owner.startswith(layer + ".") for layer in held):
+            if name not in held and not any(owner == layer or owner.startswith(layer + ".") for layer in held):
                 sub = self.module.get_submodule(owner)
-                cls = type(sub).__name__
                 if converter_for(sub) is not None:
                     raise GraphConversionError(
-                        f"layer {owner!r} ({cls}) is not called as a layer by forward (unused, or its weights are "
-                        "read directly); its weights would be lost"
+                        f"layer {owner!r} ({type(sub).__name__}) is not called as a layer by forward (unused, or its "
+                        "weights are read directly); its weights would be lost"
                     )
-                raise GraphConversionError(
-                    f"parameter {name!r} ({cls}) is read outside a converted layer or never used by forward; "
-                    f"register a converter for {cls} with @register_converter({cls})"
-                )
+                self._refuse_parameter(name, " or never used by forward")
+
+    def _refuse_parameter(self, name: str, where: str) -> None:
+        owner = name.rpartition(".")[0]
+        cls = type(self.module.get_submodule(owner)).__name__
+        raise GraphConversionError(
+            f"parameter {name!r} ({cls}) is read outside a converted layer{where}; register a converter for "
+            f"{cls} with @register_converter({cls}) (a positional embedding added to the tokens, x + parameter, "
+            "is read; a class token is not)"
+        )
 
     def _step(self, node: fx.Node, current: fx.Node) -> str:
         """Architecture entry of a parameter-free step; a leaf module with parameters has no converter."""
