@@ -11,7 +11,7 @@ import argparse
 import time
 
 import torch
-from torch_geometric.data import Batch, Data
+from torch_geometric.data import Batch
 
 from neuralgraph.graph import graph_to_mlp, mlp_to_graph
 
@@ -51,7 +51,7 @@ def main(argv=None):
 
     print(f"graph build, {args.networks} networks of layout {LAYOUT}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads")
-    print(f"| path | seconds | networks/s | ratio |\n|---|---|---|---|")
+    print("| path | seconds | networks/s | ratio |\n|---|---|---|---|")
     print(f"| batched mlp_to_graph | {t_batched:.4f} | {args.networks / t_batched:,.0f} | {t_loop / t_batched:.1f}x |")
     print(f"| per-network Data + Batch.from_data_list | {t_loop:.4f} | {args.networks / t_loop:,.0f} | 1.0x |")
     print(f"| batched graph_to_mlp (inverse) | {t_decode:.4f} | {args.networks / t_decode:,.0f} | - |")

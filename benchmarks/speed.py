@@ -14,7 +14,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import graph_build  # noqa: E402

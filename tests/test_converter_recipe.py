@@ -1,6 +1,6 @@
-"""The recipes of docs/architectures.md, "Adding a converter": a chain layer, per-neuron parameters, branches.
+"""The recipes of docs/architectures.md, "Adding a converter": a chain layer, per-neuron parameters, branches, elements.
 
-The examples of recipes (a) and (c) run as the docs print them."""
+The examples of recipes (a), (c) and (d) run as the docs print them."""
 from pathlib import Path
 
 import pytest
@@ -9,13 +9,11 @@ from torch import nn
 
 from neuralgraph.graph import (
     GraphConversionError,
-    LayerConverter,
     common_layout,
     graph_shortcuts,
     graph_skips,
     graph_to_module,
     module_to_graph,
-    register_converter,
 )
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "architectures.md"
@@ -58,10 +56,6 @@ class Affine(nn.Module):
         return self.gamma * x + self.beta
 
 
-class ConvertedAffine(Affine):
-    """:class:`Affine` with the diagonal converter below (registered for it alone: ``Affine`` stays refused)."""
-
-
 def affine_model(layer=Affine):
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(2, 8), layer(8), nn.Tanh(), nn.Linear(8, 1))
@@ -87,28 +81,15 @@ def test_a_per_neuron_scale_folds_into_the_layer_before_it():
     assert common_layout(module_to_graph(folded)) == (2, 8, 1)
 
 
-def test_a_per_neuron_scale_as_a_diagonal_layer():
-    class AffineConverter(LayerConverter):
-        def parameters(self, module):
-            return module.gamma, module.beta
-
-        def to_block(self, weight, bias, in_neurons):
-            return torch.diag(weight).unsqueeze(-1)
-
-        def from_block(self, block, like):
-            weights = block[..., 0]
-            if bool((weights - torch.diag(torch.diagonal(weights)) != 0).any()):
-                raise GraphConversionError("an Affine layer has no weights off the diagonal")
-            return torch.diagonal(weights).reshape(like.shape)
-
-    register_converter(ConvertedAffine)(AffineConverter)
-    model = affine_model(ConvertedAffine)
-    graph = module_to_graph(model)
-    assert common_layout(graph) == (2, 8, 8, 1)
+def test_the_documented_element_is_a_diagonal_group_and_round_trips():
+    torch.manual_seed(0)
+    example = run_documented("### (d) An element: several node layers, edges of several kinds")
+    graph, model, rebuilt = example["graph"], example["model"], example["rebuilt"]
+    assert common_layout(graph) == (2, 8, 8, 1) and graph.num_edges == 16 + 8 + 8
+    assert all(torch.equal(a, b) for a, b in zip(rebuilt.state_dict().values(), model.state_dict().values()))
     edited = graph.clone()
-    edited.edge_attr = edited.edge_attr + 0.01  # what an editor may write: weights off the diagonal
-    with pytest.raises(GraphConversionError, match="no weights off the diagonal"):
-        graph_to_module(edited, model)
+    edited.edge_attr = 2 * edited.edge_attr
+    assert torch.equal(graph_to_module(edited, model)[1].gamma, 2 * model[1].gamma)
 
 
 def test_the_documented_residual_adds_become_skip_and_shortcut_edges():

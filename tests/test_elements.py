@@ -196,6 +196,100 @@ def test_a_resnet_with_batchnorm_converts_in_eval_mode_without_a_manual_fold():
         module_to_graph(resnet.train())
 
 
+class Bottleneck(nn.Module):
+    """torchvision's Bottleneck (1x1, 3x3 with the stride, 1x1 to 4x the width), written out."""
+
+    expansion = 4
+
+    def __init__(self, cin, width, stride=1, downsample=None):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2, self.bn2 = nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, width * self.expansion, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(width * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, cin, width, stride=1, downsample=None):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(cin, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2, self.bn2 = nn.Conv2d(width, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class TorchvisionResNet(nn.Module):
+    """torchvision.models.ResNet's structure (stem, four stages, downsample = 1x1 conv + BN), at base width ``width``."""
+
+    def __init__(self, block, layers, width=4, classes=7):
+        super().__init__()
+        self.inplanes = width
+        self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.layer1 = self._stage(block, width, layers[0])
+        self.layer2 = self._stage(block, 2 * width, layers[1], 2)
+        self.layer3 = self._stage(block, 4 * width, layers[2], 2)
+        self.layer4 = self._stage(block, 8 * width, layers[3], 2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(8 * width * block.expansion, classes)
+
+    def _stage(self, block, width, blocks, stride=1):
+        downsample = None
+        if stride != 1 or self.inplanes != width * block.expansion:
+            downsample = nn.Sequential(nn.Conv2d(self.inplanes, width * block.expansion, 1, stride, bias=False),
+                                       nn.BatchNorm2d(width * block.expansion))
+        stage = [block(self.inplanes, width, stride, downsample)]
+        self.inplanes = width * block.expansion
+        stage += [block(self.inplanes, width) for _ in range(1, blocks)]
+        return nn.Sequential(*stage)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+@pytest.mark.parametrize("block, layers, depth", [(BasicBlock, [2, 2, 2, 2], 18), (Bottleneck, [3, 4, 6, 3], 50)])
+def test_torchvision_style_resnets_18_and_50_convert_and_round_trip(block, layers, depth):
+    resnet = with_statistics(randomized(TorchvisionResNet(block, layers)))
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    graph = module_to_graph(resnet, example_input=x)
+    convs = sum(isinstance(m, nn.Conv2d) for m in resnet.modules())
+    assert len(graph.layout) == 1 + convs - sum(isinstance(m, nn.Sequential) and len(m) == 2 and
+                                                isinstance(m[1], nn.BatchNorm2d) for m in resnet.modules()) + 1
+    assert depth == 2 + sum(len(stage) for stage in (resnet.layer1, resnet.layer2, resnet.layer3,
+                                                    resnet.layer4)) * (2 if block is BasicBlock else 3)
+    rebuilt = graph_to_module(graph, TorchvisionResNet(block, layers).double().eval(), example_input=x)
+    with torch.no_grad():
+        torch.testing.assert_close(rebuilt(x), resnet(x), rtol=1e-12, atol=1e-12)
+    assert torch.equal(module_to_graph(rebuilt, example_input=x).edge_attr, graph.edge_attr)
+
+
 class ClassToken(ViT):
     def __init__(self):
         super().__init__()

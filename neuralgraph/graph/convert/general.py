@@ -168,8 +168,10 @@ def load_general(graph, result: nn.Module, chain: Chain) -> nn.Module:
     expected, layout = general_graph(result, chain)
     for name in ("layout", "node_layer", "edge_index", "edge_kind", "edge_layer"):
         mine, theirs = getattr(graph, name, None), getattr(expected, name)
-        same = mine == theirs if name == "layout" else mine is not None and mine.shape == theirs.shape and bool(
-            (mine.cpu() == theirs.cpu()).all())
+        if name == "layout":
+            same = mine is not None and tuple(mine) == tuple(theirs)
+        else:
+            same = mine is not None and mine.shape == theirs.shape and bool((mine.cpu() == theirs.cpu()).all())
         if not same:
             raise GraphConversionError(f"graph field {name} differs from the template's graph: another architecture "
                                        "(or a graph whose edges were reordered)")
