@@ -111,6 +111,9 @@ def test_hand_written_gradient_equals_autograd(convention, n, height, width):
     assert torch.allclose(grad, leaf.grad, rtol=1e-9, atol=1e-12)
 
 
+OUTPUT_ULPS = 256  # float32 error of a SIREN's output in units of eps (measured: 7 on a 1-pixel loss of 0.006)
+
+
 def compiled_kernel():
     """The compiled SIREN kernel (built on first use, about 3 s), or a skip saying why it is absent."""
     try:
@@ -132,8 +135,10 @@ def test_compiled_kernel_matches_float64_reference(convention, d1, d2, n, height
     space = Workspace(n, convention.layout, height * width, "cpu", torch.float64)
     mse, grad = loss_and_gradient(flat, targets, grid_axes(height, width, dtype=torch.float64), convention, space)
     mse32, grad32 = compiled_loss_and_gradient(flat.float(), targets.float(), grid_axes(height, width), convention)
-    # float32 rounding: the pure-torch path in float32 is off by up to 2e-6 (loss) and 3e-6 (gradient) here
-    assert torch.allclose(mse32.double(), mse, rtol=2e-5, atol=0)
+    # float32 rounding: outputs are off by a few ulps of their O(1) scale (OUTPUT_ULPS bounds it), which moves
+    # the loss by 2 |residual| of that: relative to a small loss (one pixel fitted well) that is large
+    output_error = OUTPUT_ULPS * torch.finfo(torch.float32).eps
+    assert bool(((mse32.double() - mse).abs() <= 2e-5 * mse + 2 * mse.sqrt() * output_error).all())
     assert ((grad32.double() - grad).abs() <= 3e-5 * grad.abs().amax(1, keepdim=True)).all()
 
 

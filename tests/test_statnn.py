@@ -97,3 +97,46 @@ def test_standardisation_from_training_graphs_and_refusals():
     shallow = build_metanet("statnn", weight_layers=2, edge_features=9)
     with pytest.raises(ValueError, match="built for networks of 2 weight layers, but a graph has 4"):
         shallow(batch)  # the depth is checked before anything is computed
+
+
+def test_general_statistics_equal_the_chain_statistics_on_chains():
+    networks = zoo_networks(3, 1)
+    batch = Batch.from_data_list([module_to_graph(n) for n in networks])
+    chain = build_metanet("statnn", hidden_dim=8, layer_features=[9, 9, 9, 1], edge_features=9).double()
+    general = build_metanet("statnn", hidden_dim=8, weight_layers=4, edge_features=9, general=True).double()
+    torch.testing.assert_close(general.encoder.statistics(batch), chain.encoder.statistics(batch), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="general=True reads each edge group's own width; leave layer_features unset"):
+        build_metanet("statnn", layer_features=[9, 9, 9, 1], edge_features=9, general=True)
+
+
+def test_general_statistics_of_mixed_depths_are_each_networks_own_with_zeros_after_its_depth():
+    torch.manual_seed(0)
+    shallow = mlp_to_graph([torch.randn(4, 2), torch.randn(1, 4)], [torch.randn(4), torch.randn(1)])
+    deep = mlp_to_graph([torch.randn(5, 2), torch.randn(3, 5), torch.randn(1, 3)], [torch.randn(5), torch.randn(3),
+                                                                                    torch.randn(1)])
+    encoder = build_metanet("statnn", weight_layers=3, general=True).encoder
+    both = encoder.statistics(Batch.from_data_list([shallow, deep]))
+    torch.testing.assert_close(both[0], encoder.statistics(Batch.from_data_list([shallow]))[0])
+    torch.testing.assert_close(both[1], encoder.statistics(Batch.from_data_list([deep]))[0])
+    assert bool((both[0, 28:] == 0).all()) and bool((both[1, 28:] != 0).any())
+    with pytest.raises(ValueError, match="built for networks of at most 2 weight layers, but a graph has 3"):
+        build_metanet("statnn", weight_layers=2, general=True).encoder.statistics(Batch.from_data_list([deep]))
+
+
+def test_statnn_reads_transformer_graphs_invariantly():
+    from test_elements import ViT, images, permuted_vit, randomized
+
+    from neuralgraph.graph import GraphSpec
+
+    module = randomized(ViT(dim=12, depth=2, heads=3, mlp_dim=5), seed=3)
+    graph = module_to_graph(module, example_input=images())
+    spec = GraphSpec.of(graph)
+    model = build_metanet("statnn", spec=spec, hidden_dim=8).double()
+    assert model.encoder.general and model.encoder.weight_layers == len(graph.layout) - 1
+    permuted = module_to_graph(permuted_vit(module, seed=4)[0], example_input=images())
+    features = model.encoder.statistics(graph)
+    torch.testing.assert_close(model.encoder.statistics(permuted), features, rtol=TOLERANCE, atol=TOLERANCE)
+    patch_slot = 1  # edges into node layer 2: the 7x7 patch convolution (49 features) and the positions (1)
+    expected = torch.cat([module.patch.weight.flatten(), module.position.flatten()]).detach()
+    torch.testing.assert_close(features[0, 14 * patch_slot:14 * patch_slot + 2],
+                               torch.stack([expected.mean(), expected.var()]))

@@ -68,6 +68,8 @@ EDGE_KINDS = ("weight", "skip", "shortcut", "layer_norm", "rms_norm", "group_nor
 #: Kinds a chain of layers has (``graph_to_blocks`` reads such graphs); any other kind makes a
 #: general parameter graph, read by message passing only.
 CHAIN_EDGE_KINDS = (WEIGHT_EDGE, SKIP_EDGE, SHORTCUT_EDGE)
+#: Kinds whose features the structure fixes (ones), not parameters: skips, group membership, query-key pairs.
+STRUCTURAL_EDGE_KINDS = (SKIP_EDGE, MEMBER_EDGE, PAIR_EDGE)
 #: Groups of hidden-neuron rescalings ``q`` an activation can commute with (:mod:`neuralgraph.graph.scaling`).
 SCALING_GROUPS = ("sign", "scale")
 

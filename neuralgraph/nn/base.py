@@ -149,6 +149,7 @@ class Metanet(nn.Module):
         self.hidden_dim = hidden_dim
         self.num_layers = num_layers
         self.dropout = dropout
+        self.max_layers = max_layers  # the layers the encoder embeds and the heads pool
         self.encoder = GraphEncoder(
             hidden_dim,
             edge_features=edge_features,
@@ -234,13 +235,13 @@ class Metanet(nn.Module):
         metanet has (a decoder built by hand without ``scaling`` on ScaleGMN features is not
         sign-equivariant). ``options``: the decoder's ``max_layers``, ``init_scale``, ``members``.
         """
-        return WeightDecoder(self.hidden_dim, k, scaling=self.scaling, **{"max_layers": self.encoder.max_layers, **options})
+        return WeightDecoder(self.hidden_dim, k, scaling=self.scaling, **{"max_layers": self.max_layers, **options})
 
     def readout(self, out_dim: int, **options) -> InvariantReadout:
         """The :class:`~neuralgraph.nn.heads.InvariantReadout` to ``out_dim`` outputs for these features,
         with this metanet's width and scaling group. ``options``: ``max_layers``, ``mlp_dim``."""
         return InvariantReadout(self.hidden_dim, out_dim, scaling=self.scaling,
-                                **{"max_layers": self.encoder.max_layers, **options})
+                                **{"max_layers": self.max_layers, **options})
 
     def __repr__(self) -> str:
         return (

@@ -22,6 +22,16 @@ Zero-padded edge features: a graph pads every edge's features to the widest kern
 classifier weights are 1 feature of 9). ``layer_features`` gives the number of real features of
 each weight layer (``[9, 9, 9, 1]`` for the Small CNN Zoo), so that padding never enters a
 statistic; ``None`` reads all of them (MLPs, ``F = 1``).
+
+Graphs beyond a chain (``general=True``, set from the data's ``GraphSpec`` when its graphs have
+skip, normalisation or attention edges: ResNets, transformers, zoos of several depths): node
+layer ``l + 1``'s slot holds the statistics of every parameter edge into it (weights, shortcuts,
+a norm's ``gamma``, query/key/value/output projections, positional embeddings; not the skip,
+member and pair edges, which hold the structure) and of its biases. Each edge group of one kind
+reads its features up to the last column that is nonzero in that network's group (a kernel's
+own width; a positional embedding's one feature beside a 7x7 convolution's 49). A network with
+fewer node layers than ``weight_layers`` has zeros in the missing slots, as has a slot without
+edges (a transformer's token positions, its heads), so networks of mixed depths are one input.
 """
 from __future__ import annotations
 
@@ -31,7 +41,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.utils import scatter
 
-from neuralgraph.graph import Graph
+from neuralgraph.graph import EDGE_KINDS, STRUCTURAL_EDGE_KINDS, Graph
 from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.base import Metanet
 from neuralgraph.nn.context import GraphContext, WeightBlocks, graph_context, node_graph_index, num_graphs
@@ -41,13 +51,17 @@ QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 STATISTICS = 2 + len(QUANTILES)  # mean, variance, quantiles
 
 
-def group_statistics(values: Tensor, group: Tensor, groups: int) -> Tensor:
+def group_statistics(values: Tensor, group: Tensor, groups: int, allow_empty: bool = False) -> Tensor:
     """``[groups, 7]``: mean, unbiased variance and the 0/25/50/75/100% quantiles (linear interpolation,
-    as ``torch.quantile``) of the ``values`` of each group; every group must have a value."""
+    as ``torch.quantile``) of the ``values`` of each group; every group must have a value, or, with
+    ``allow_empty``, an empty group's statistics are 0."""
     count = torch.bincount(group, minlength=groups)
-    if bool((count == 0).any()):
-        raise ValueError(f"StatNN: group {int((count == 0).nonzero()[0])} has no value")
-    n = count.to(values.dtype)
+    empty = count == 0
+    if bool(empty.any()) and not allow_empty:
+        raise ValueError(f"StatNN: group {int(empty.nonzero()[0])} has no value")
+    if bool(empty.all()):
+        return values.new_zeros(groups, STATISTICS)
+    n = count.clamp(min=1).to(values.dtype)
     mean = scatter(values, group, 0, groups, "sum") / n
     var = scatter((values - mean[group]).square(), group, 0, groups, "sum") / (n - 1).clamp(min=1)
     order = torch.argsort(values, stable=True)
@@ -59,9 +73,10 @@ def group_statistics(values: Tensor, group: Tensor, groups: int) -> Tensor:
         position = q * (n - 1)
         low = position.floor()
         high = torch.minimum(low + 1, n - 1)
-        below, above = ordered[start + low.long()], ordered[start + high.long()]
+        last = len(ordered) - 1  # an empty group's indices point anywhere; its row is zeroed below
+        below, above = ordered[(start + low.long()).clamp(max=last)], ordered[(start + high.long()).clamp(max=last)]
         quantiles.append(below + (position - low) * (above - below))
-    return torch.stack([mean, var, *quantiles], dim=1)
+    return torch.stack([mean, var, *quantiles], dim=1).masked_fill(empty[:, None], 0.0)
 
 
 def graph_statistics(graph: Graph, layer_features: Optional[Sequence[int]], weight_layers: int) -> Tensor:
@@ -94,6 +109,35 @@ def graph_statistics(graph: Graph, layer_features: Optional[Sequence[int]], weig
     return torch.cat(features, dim=1)
 
 
+def general_graph_statistics(graph: Graph, weight_layers: int) -> Tensor:
+    """``[B, 14 * weight_layers]`` for graphs beyond a chain (module docstring): per node layer
+    ``l + 1``, the statistics of its parameter edges (each group of one kind to its last nonzero
+    feature) and of its biases; zeros where a network has no such layer or it has no edges."""
+    B = num_graphs(graph)
+    node_graph = node_graph_index(graph)
+    depth = scatter(graph.node_layer, node_graph, 0, B, "max")
+    if bool((depth > weight_layers).any()):
+        raise ValueError(f"StatNN: built for networks of at most {weight_layers} weight layers, but a graph has "
+                         f"{int(depth[depth > weight_layers][0])}")
+    kind = getattr(graph, "edge_kind", None)
+    kind = torch.zeros_like(graph.edge_layer) if kind is None else kind
+    keep = ~torch.isin(kind, torch.tensor(STRUCTURAL_EDGE_KINDS, device=kind.device))
+    attr, layer, kind = graph.edge_attr[keep], graph.edge_layer[keep], kind[keep]
+    slot = node_graph[graph.edge_index[1, keep]] * weight_layers + layer  # (graph, layer)
+    group = slot * len(EDGE_KINDS) + kind  # (graph, layer, kind): one feature width each
+    columns = torch.arange(attr.shape[1], device=attr.device)
+    last = torch.where(attr != 0, columns, -1).amax(1)
+    width = scatter(last, group, 0, B * weight_layers * len(EDGE_KINDS), "max") + 1
+    real = columns < width[group][:, None]
+    values = attr[real]
+    slots = slot[:, None].expand_as(real)[real]
+    weights = group_statistics(values, slots, B * weight_layers, allow_empty=True).view(B, weight_layers, -1)
+    hidden = graph.node_layer > 0
+    node_slot = node_graph[hidden] * weight_layers + graph.node_layer[hidden] - 1
+    biases = group_statistics(graph.x[hidden, 0], node_slot, B * weight_layers, allow_empty=True)
+    return torch.cat([weights, biases.view(B, weight_layers, -1)], dim=2).flatten(1)
+
+
 class StatisticsInput(nn.Module):
     """StatNN's input: the weight statistics of each graph, standardised with stored training statistics.
 
@@ -101,10 +145,11 @@ class StatisticsInput(nn.Module):
     task's ``normalize_inputs`` callback (``encoder.set_input_statistics``) standardises it.
     """
 
-    def __init__(self, layer_features: Optional[Sequence[int]], weight_layers: int):
+    def __init__(self, layer_features: Optional[Sequence[int]], weight_layers: int, general: bool = False):
         super().__init__()
         self.layer_features = None if layer_features is None else tuple(layer_features)
         self.weight_layers = weight_layers
+        self.general = general
         size = 2 * STATISTICS * weight_layers
         self.register_buffer("mean", torch.zeros(size))
         self.register_buffer("std", torch.ones(size))
@@ -114,6 +159,8 @@ class StatisticsInput(nn.Module):
         return self.mean.numel()
 
     def statistics(self, graph: Graph) -> Tensor:
+        if self.general:
+            return general_graph_statistics(graph, self.weight_layers)
         return graph_statistics(graph, self.layer_features, self.weight_layers)
 
     @torch.no_grad()
@@ -143,13 +190,15 @@ class StatNN(Metanet):
         weight_layers: the networks' number of weight layers when ``layer_features`` is not given.
         edge_features: the graphs' edge feature width (given by the data's GraphSpec); at least every
             ``layer_features`` entry.
+        general: read graphs beyond a chain (module docstring); ``weight_layers`` is then the
+            largest depth, and ``layer_features`` is not used (each edge group's width is read).
     """
 
     symmetry = "np"
 
     def __init__(self, hidden_dim: int = 64, num_layers: int = 2, dropout: float = 0.0, *,
                  layer_features: Optional[Sequence[int]] = None, weight_layers: Optional[int] = None,
-                 edge_features: int = 1):
+                 edge_features: int = 1, general: bool = False):
         if num_layers < 1:
             raise ValueError(f"StatNN: num_layers={num_layers}: the MLP needs at least 1 layer")
         if layer_features is None and weight_layers is None:
@@ -166,8 +215,10 @@ class StatNN(Metanet):
             weight_layers = len(layer_features)
         if weight_layers < 1:
             raise ValueError(f"StatNN: weight_layers={weight_layers}: expected at least 1")
+        if general and layer_features is not None:
+            raise ValueError("StatNN: general=True reads each edge group's own width; leave layer_features unset")
         super().__init__(hidden_dim, num_layers, dropout, edge_features=edge_features)
-        self.encoder = StatisticsInput(layer_features, weight_layers)  # no graph encoder: statistics in
+        self.encoder = StatisticsInput(layer_features, weight_layers, general)  # no graph encoder: statistics in
         sizes = [self.encoder.size] + [hidden_dim] * num_layers
         mlp: list[nn.Module] = []
         for d_in, d_out in zip(sizes, sizes[1:]):
@@ -191,11 +242,13 @@ class StatNN(Metanet):
 
     @classmethod
     def spec_arguments(cls, spec: GraphSpec) -> dict[str, Any]:
-        """The edge feature width; graphs with skip or shortcut edges are refused (no per-layer statistics)."""
-        if spec.skip_edges:
-            raise ValueError("statnn: reads chains of layers; the data's graphs have skip or shortcut edges")
+        """The edge feature width; for graphs with skip, normalisation or attention edges, or of
+        several depths, ``general`` and the largest depth."""
+        if spec.skip_edges or len(set(spec.depths)) > 1:
+            return {"edge_features": spec.edge_features, "general": True, "weight_layers": max(spec.depths)}
         return {"edge_features": spec.edge_features}
 
     def __repr__(self) -> str:
         return (f"StatNN(hidden_dim={self.hidden_dim}, num_layers={self.num_layers}, dropout={self.dropout}, "
-                f"layer_features={self.encoder.layer_features}, weight_layers={self.encoder.weight_layers})")
+                f"layer_features={self.encoder.layer_features}, weight_layers={self.encoder.weight_layers}, "
+                f"general={self.encoder.general})")

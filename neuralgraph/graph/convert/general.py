@@ -26,11 +26,10 @@ from neuralgraph.graph.convert.elements import SOURCE, EdgeGroup, ElementConvert
 from neuralgraph.graph.convert.trace import POSITION, Chain, Piece
 from neuralgraph.graph.decode import check_finite
 from neuralgraph.graph.schema import (
-    MEMBER_EDGE,
-    PAIR_EDGE,
     POSITION_EDGE,
     SHORTCUT_EDGE,
     SKIP_EDGE,
+    STRUCTURAL_EDGE_KINDS,
     WEIGHT_EDGE,
     GraphConversionError,
     ParameterGraph,
@@ -38,7 +37,6 @@ from neuralgraph.graph.schema import (
 )
 
 ORDERED_ROLES = ("input", "output", "position")
-STRUCTURAL_KINDS = (SKIP_EDGE, MEMBER_EDGE, PAIR_EDGE)  # edges whose features the structure fixes (ones)
 
 
 @dataclass
@@ -122,7 +120,7 @@ def general_graph(module: nn.Module, chain: Chain) -> tuple[ParameterGraph, Gene
         start = stop
     for piece, located in zip(chain.pieces, groups):
         layout.pieces.append((piece, [g.slice for g in located]))
-        layout.structural.extend(g.slice for g in located if g.kind in STRUCTURAL_KINDS)
+        layout.structural.extend(g.slice for g in located if g.kind in STRUCTURAL_EDGE_KINDS)
     layout.skips = [g.slice for g in skip_groups]
     layout.structural.extend(layout.skips)
     layout.shortcuts = [(s, g.slice) for s, g in zip(chain.shortcuts, shortcut_groups)]

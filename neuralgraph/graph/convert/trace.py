@@ -335,7 +335,7 @@ class _Walk:
                 self._check_element_input(node, sub, converter, head, level)
                 new = tuple(self._new_level(width, role) for width, role in converter.layers(sub))
                 pieces.append(Piece(node.target, converter, level[head], new))
-                architecture.append(converter.describe(sub))
+                architecture.append(converter.describe(sub) + self._call(node, head))
                 level[node], self.axis[node] = new[converter.output], self.axis[head]
             else:
                 architecture.append(self._step(node, head))
@@ -359,6 +359,12 @@ class _Walk:
         names = tuple(activations[l][0] if l in activations else Activation.IDENTITY for l in range(len(self.widths)))
         return Chain(tuple(layers), tuple(architecture), tuple(skips), tuple(shortcuts), names, self.probe_shape,
                      self.probe_dtype, tuple(pieces), tuple(self.widths), tuple(self.roles))
+
+    def _call(self, node: fx.Node, current: fx.Node) -> str:
+        """How an element is called beyond its input, e.g. ``(x, x, x, need_weights=False)``: masks and
+        flags are architecture (a mask computed from a buffer shows the buffer's node)."""
+        args = fx.node.map_arg((node.args, node.kwargs), lambda n: _Name("x" if n is current else n.name))
+        return "(" + ", ".join([repr(a) for a in args[0]] + [f"{k}={v!r}" for k, v in args[1].items()]) + ")"
 
     def _new_level(self, width: int, role: str) -> int:
         self.widths.append(int(width))
