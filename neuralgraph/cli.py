@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "edit": ("edit", "apply a trained INR editor to one INR; write a PNG and the (merged) edited INR"),
     "make-inrs": ("make_inrs", "fit one SIREN per MNIST digit into a resumable sharded dataset"),
     "make-cnn-zoo": ("make_cnn_zoo", "train a zoo of small MNIST CNNs (accuracy prediction) into resumable shards"),
+    "make-transformer-zoo": ("make_transformer_zoo", "train a zoo of small MNIST ViTs (accuracy prediction) in shards"),
     "import-dataset": ("import_dataset", "import a released INR set or model zoo (DWSNets, NFN, Small CNN Zoo)"),
     "inr-stats": ("inr_stats", "per-layer weight/bias statistics and PSNR quantiles of an INR dataset"),
     "audit-gp": ("audit_gp", "percentage of networks in general position per bit width (bias-only and combined)"),

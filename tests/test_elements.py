@@ -460,3 +460,24 @@ def test_weight_space_models_refuse_transformer_graphs_in_one_line(name):
     with pytest.raises(ValueError) as error:
         build_metanet(name, spec=GraphSpec.of(graph), hidden_dim=8, num_layers=1)
     assert "\n" not in str(error.value)
+
+
+def test_a_module_converter_reads_modules_of_its_architecture_as_module_to_graph_does():
+    from neuralgraph.graph import ModuleConverter
+
+    x = images()
+    converter = ModuleConverter(randomized(ViT(depth=2), seed=0), example_input=x)
+    resnet_converter = ModuleConverter(with_statistics(randomized(ResNet())), example_input=torch.randn(2, 3, 16, 16,
+                                                                                                       dtype=torch.float64))
+    for seed in (1, 2):
+        vit = randomized(ViT(depth=2), seed=seed)
+        expected, graph = module_to_graph(vit, example_input=x), converter(vit)
+        for field in ("x", "edge_attr", "edge_index", "edge_kind", "node_type", "activation"):
+            assert torch.equal(getattr(graph, field), getattr(expected, field)), field
+        assert graph.architecture == expected.architecture
+        resnet = with_statistics(randomized(ResNet(), seed), seed)
+        assert torch.equal(resnet_converter(resnet).edge_attr, module_to_graph(resnet).edge_attr)
+    for other, what in [(randomized(ViT(depth=2, heads=4)), "modules"), (randomized(ViT(depth=1)), "modules"),
+                        (randomized(ResNet()), "type")]:
+        with pytest.raises(GraphConversionError, match=rf"^\w+: its {what} differ from the template's"):
+            converter(other)

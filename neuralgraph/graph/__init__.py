@@ -4,6 +4,7 @@ from neuralgraph.graph.build import blocks_to_graph, mlp_to_graph
 from neuralgraph.graph.convert import (
     ElementConverter,
     LayerConverter,
+    ModuleConverter,
     fold_batchnorm,
     graph_to_module,
     module_to_graph,
@@ -47,6 +48,7 @@ __all__ = [
     "GraphSpec",
     "LayerConverter",
     "Layout",
+    "ModuleConverter",
     "ParameterGraph",
     "SCALING_GROUPS",
     "SHORTCUT_EDGE",

@@ -44,7 +44,14 @@ from torch_geometric.utils import scatter
 from neuralgraph.graph import EDGE_KINDS, STRUCTURAL_EDGE_KINDS, Graph
 from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.base import Metanet
-from neuralgraph.nn.context import GraphContext, WeightBlocks, graph_context, node_graph_index, num_graphs
+from neuralgraph.nn.context import (
+    GraphContext,
+    WeightBlocks,
+    graph_context,
+    node_graph_index,
+    num_graphs,
+)
+from neuralgraph.nn.encoder import MAX_LAYERS
 from neuralgraph.nn.registry import register_baseline
 
 QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -217,7 +224,9 @@ class StatNN(Metanet):
             raise ValueError(f"StatNN: weight_layers={weight_layers}: expected at least 1")
         if general and layer_features is not None:
             raise ValueError("StatNN: general=True reads each edge group's own width; leave layer_features unset")
-        super().__init__(hidden_dim, num_layers, dropout, edge_features=edge_features)
+        # the task's readout pools every layer of these networks (their features are all the same)
+        super().__init__(hidden_dim, num_layers, dropout, edge_features=edge_features,
+                         max_layers=max(MAX_LAYERS, weight_layers))
         self.encoder = StatisticsInput(layer_features, weight_layers, general)  # no graph encoder: statistics in
         sizes = [self.encoder.size] + [hidden_dim] * num_layers
         mlp: list[nn.Module] = []

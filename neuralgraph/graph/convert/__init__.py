@@ -21,7 +21,7 @@ from neuralgraph.graph.convert.batchnorm import fold_batchnorm
 from neuralgraph.graph.convert.conv import Conv2dConverter
 from neuralgraph.graph.convert.elements import Element, ElementConverter
 from neuralgraph.graph.convert.linear import LinearConverter
-from neuralgraph.graph.convert.module import graph_to_module, module_to_graph
+from neuralgraph.graph.convert.module import ModuleConverter, graph_to_module, module_to_graph
 from neuralgraph.graph.convert.registry import LayerConverter, converter_for, register_converter
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "ElementConverter",
     "LayerConverter",
     "LinearConverter",
+    "ModuleConverter",
     "converter_for",
     "fold_batchnorm",
     "graph_to_module",

@@ -65,11 +65,16 @@ class _Recorder(fx.Interpreter):
         self.values: dict[fx.Node, object] = {}
 
     def run_node(self, node: fx.Node):
+        shapes = [tuple(self.env[i].shape) for i in node.all_input_nodes if isinstance(self.env.get(i), Tensor)]
         try:
             value = super().run_node(node)
         except Exception as err:  # any failure of user code: reported with the node it happened in
-            shapes = [tuple(self.env[i].shape) for i in node.all_input_nodes if isinstance(self.env.get(i), Tensor)]
             raise _NodeFailure(node, err, shapes) from err
+        data = [tuple(self.env[i].shape) for i in node.all_input_nodes if i.op != "get_attr"
+                and isinstance(self.env.get(i), Tensor)]
+        if len(data) == 1 and len(shapes) == 2 and isinstance(value, Tensor) and tuple(value.shape) != data[0]:
+            # a parameter (a positional embedding) that broadcasts the data to its own shape: too small a probe
+            raise _NodeFailure(node, ValueError(f"a parameter broadcasts {data[0]} to {tuple(value.shape)}"), shapes)
         self.values[node] = value
         return value
 

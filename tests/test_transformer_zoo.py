@@ -1,0 +1,208 @@
+"""Transformer zoo: hyperparameters are per-seed, batched training is per-network exact, storage
+resumes byte for byte and is sha-checked, entries rebuild their ViTs, and they convert to parameter
+graphs that GeneralizationPrediction fits through the CLI."""
+import json
+
+import pytest
+import torch
+
+from neuralgraph.cli import main
+from neuralgraph.data import transformer_zoo
+from neuralgraph.data.cnn_zoo import _mnist, network_seed
+from neuralgraph.data.shards import DatasetError
+from neuralgraph.data.transformer_zoo import (
+    OPTIMIZERS,
+    SGD_MOMENTUM,
+    TransformerZooDataset,
+    TransformerZooSettings,
+    ZooTraining,
+    ZooViT,
+    architecture,
+    initial_parameters,
+    make_transformer_zoo,
+    sample_hyperparameters,
+)
+from neuralgraph.graph import module_to_graph
+
+TINY = TransformerZooSettings(networks=6, shard_size=3, checkpoint_epochs=(1, 2), train_size=64, test_size=32,
+                              batch_size=32, source="embedded")
+
+
+@pytest.fixture(scope="module")
+def tiny_zoo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("transformer_zoo")
+    make_transformer_zoo(root, TINY, progress=False)
+    return root
+
+
+def copy_folder(source, target):
+    for path in source.iterdir():
+        (target / path.name).write_bytes(path.read_bytes())
+
+
+def test_hyperparameters_are_a_function_of_the_seed():
+    hypers = [sample_hyperparameters(network_seed(0, i)) for i in range(300)]
+    assert hypers == [sample_hyperparameters(network_seed(0, i)) for i in range(300)]
+    assert hypers[0] != sample_hyperparameters(network_seed(1, 0))
+    for key, values in (("depth", {1, 2}), ("heads", {2, 3, 4}), ("mlp_dim", {24, 48}), ("activation", {0, 1}),
+                        ("optimizer", {0, 1, 2})):
+        assert {h[key] for h in hypers} == values, key
+    for h in hypers:
+        low, high = (1e-3, 1e-1) if OPTIMIZERS[h["optimizer"]] == "sgd" else (1e-4, 1e-2)
+        assert low <= h["lr"] <= high and 1e-6 <= h["weight_decay"] <= 1e-1
+        assert 0.3 <= h["init_scale"] <= 3 and 0.1 <= h["train_fraction"] <= 1
+    initial = initial_parameters(hypers[0], network_seed(0, 0))
+    assert all(torch.equal(v, initial_parameters(hypers[0], network_seed(0, 0))[k]) for k, v in initial.items())
+    assert initial.keys() == ZooViT(**architecture(hypers[0])).state_dict().keys()
+
+
+def test_batched_steps_are_each_network_trained_alone():
+    """Three steps of networks of six architectures and all three optimizers, batched, against each
+    network as a plain ZooViT with its own torch.optim optimizer, in float64.
+
+    Attention's key bias adds ``q . b_k`` to every score of a query's row, which softmax ignores: its
+    gradient is zero but for rounding, which differs between the batched and the plain products,
+    and Adam scales any gradient to a step of up to about ``3 lr`` ((1 - beta1) / sqrt(1 - beta2)).
+    So it is compared within that bound, everything else within float64 rounding (1e-10 relative).
+    """
+    hypers = [sample_hyperparameters(network_seed(0, i)) for i in range(9)]
+    order = sorted(range(9), key=lambda i: tuple(architecture(hypers[i]).values()))
+    hypers = [hypers[i] for i in order]
+    initial = [{k: v.double() for k, v in initial_parameters(h, i).items()} for i, h in enumerate(hypers)]
+    assert len({tuple(architecture(h).values()) for h in hypers}) >= 6
+    assert {h["optimizer"] for h in hypers} == {0, 1, 2}
+    generator = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(8, 1, 28, 28, generator=generator, dtype=torch.float64),
+                torch.randint(10, (8,), generator=generator),
+                (torch.rand(9, 8, generator=generator) < 0.6).double()) for _ in range(3)]
+    training = ZooTraining(hypers, initial)
+    for batch in batches:
+        training.step(*batch)
+    kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW,
+             "sgd": lambda p, **kw: torch.optim.SGD(p, momentum=SGD_MOMENTUM, **kw)}
+    for i, h in enumerate(hypers):
+        model = ZooViT(**architecture(h)).double()
+        model.load_state_dict(initial[i])
+        optimizer = kinds[OPTIMIZERS[h["optimizer"]]](model.parameters(), lr=h["lr"], weight_decay=h["weight_decay"])
+        for images, labels, mask in batches:
+            ce = torch.nn.functional.cross_entropy(model(images), labels, reduction="none")
+            optimizer.zero_grad()
+            ((ce * mask[i]).sum() / mask[i].sum().clamp(min=1)).backward()
+            optimizer.step()
+        for key, value in model.state_dict().items():
+            batched = training.parameters[i][key].detach()
+            if key.endswith("attention.in_proj_bias"):  # the key bias: rounding noise, normalised by Adam
+                keys = slice(value.shape[0] // 3, 2 * value.shape[0] // 3)
+                assert float((batched[keys] - value[keys]).abs().max()) <= 4 * len(batches) * h["lr"]
+                batched, value = batched.clone(), value.clone()
+                batched[keys] = value[keys] = 0
+            torch.testing.assert_close(batched, value, rtol=1e-10, atol=1e-12, msg=lambda m: f"network {i} {key}: {m}")
+    images = batches[0][0]
+    logits = training.logits(images)
+    for i, h in enumerate(hypers):
+        model = ZooViT(**architecture(h)).double()
+        model.load_state_dict({k: v.detach() for k, v in training.parameters[i].items()})
+        torch.testing.assert_close(logits[i].detach(), model(images).detach(), rtol=1e-10, atol=1e-12)
+
+
+def test_an_interrupted_zoo_resumes_byte_identically(tiny_zoo, tmp_path, monkeypatch):
+    train_shard = transformer_zoo.train_shard
+
+    def killed_at_the_second_shard(first, *args, **kwargs):
+        if first > 0:
+            raise KeyboardInterrupt
+        return train_shard(first, *args, **kwargs)
+
+    monkeypatch.setattr(transformer_zoo, "train_shard", killed_at_the_second_shard)
+    with pytest.raises(KeyboardInterrupt):
+        make_transformer_zoo(tmp_path, TINY, progress=False)
+    assert len(json.loads((tmp_path / "manifest.json").read_text())["shards"]) == 1
+    monkeypatch.undo()
+    make_transformer_zoo(tmp_path, TINY, progress=False)
+    written = sorted(p.name for p in tiny_zoo.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == written
+    for name in written:
+        assert (tmp_path / name).read_bytes() == (tiny_zoo / name).read_bytes(), name
+
+
+def test_the_manifest_checks_every_shard_and_setting(tiny_zoo, tmp_path):
+    copy_folder(tiny_zoo, tmp_path)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["architecture"] == {"dim": 24, "patch": 7, "classes": 10, "image_size": 28}
+    assert [s["networks"] for s in manifest["shards"]] == [3, 3]
+    with pytest.raises(DatasetError, match="networks is 6 in the manifest, but this run uses 7"):
+        make_transformer_zoo(tmp_path, TransformerZooSettings(**{**TINY.to_dict(), "networks": 7,
+                                                                 "checkpoint_epochs": (1, 2)}), progress=False)
+    shard = tmp_path / "zoo-00001.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-1] + b"\0")
+    with pytest.raises(DatasetError, match="zoo-00001.safetensors: sha256 differs"):
+        TransformerZooDataset(tmp_path, "train")
+    with pytest.raises(DatasetError, match="zoo-00001.safetensors: sha256 differs"):
+        make_transformer_zoo(tmp_path, TINY, progress=False)
+    manifest["shards"].pop()
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DatasetError, match="3 of 6 networks trained .* make-transformer-zoo"):
+        TransformerZooDataset(tmp_path, "train")
+
+
+def test_a_folder_it_does_not_own_is_a_one_line_error(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["make-transformer-zoo", "--out", str(tmp_path), "--networks", "2", "--source", "embedded"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("neuralgraph make-transformer-zoo: error:") and "notes.txt" in err and err.count("\n") == 1
+    assert main(["make-transformer-zoo", "--out", str(tmp_path / "z"), "--epochs", "2", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint_epochs=(2, 1)" in err and err.count("\n") == 1
+
+
+def test_entries_rebuild_their_networks(tiny_zoo):
+    data = {s: TransformerZooDataset(tiny_zoo, s) for s in ("train", "val", "test")}
+    networks = {s: set(d.tensors["network"].tolist()) for s, d in data.items()}
+    assert set.union(*networks.values()) == set(range(TINY.networks))
+    assert sum(len(n) for n in networks.values()) == TINY.networks
+    assert sum(len(d) for d in data.values()) == TINY.networks * len(TINY.checkpoint_epochs)
+    images, labels = _mnist("test", TINY.test_size, "embedded", None)
+    train = data["train"]
+    assert {int(d) for d in train.tensors["depth"]} == {1, 2}
+    for i in range(len(train)):
+        model = train.module(i)
+        hyper = {k: train.tensors[k][i].item() for k in ("depth", "heads", "mlp_dim", "activation")}
+        assert train.settings(i) == architecture(hyper)
+        with torch.no_grad():
+            logits = model(images)
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        torch.testing.assert_close(loss, train.tensors["test_loss"][i], rtol=1e-5, atol=1e-6)
+        accuracy = (logits.argmax(1) == labels).float().mean()
+        assert abs(float(accuracy - train.accuracy[i])) <= 1 / TINY.test_size  # a near tie may round either way
+
+
+def test_entries_are_the_graphs_of_their_modules(tiny_zoo):
+    """Needs module_to_graph to read ZooViT (LayerNorm, MultiheadAttention, the positional embedding);
+    the graph does not depend on the probe images."""
+    dataset = TransformerZooDataset(tiny_zoo, "train")
+    batch = dataset.batch(range(len(dataset)))
+    assert batch.blocks is None and torch.equal(batch.accuracy, dataset.accuracy)
+    graphs = batch.graph.to_data_list()
+    assert len(graphs) == len(dataset)
+    probe = torch.rand(3, 1, 28, 28)
+    depths = dataset.tensors["depth"].tolist()
+    for i in {depths.index(1), depths.index(2), len(dataset) - 1}:
+        graph, expected = graphs[i], module_to_graph(dataset.module(i).eval(), example_input=probe)
+        for key in ("x", "edge_index", "edge_attr"):
+            assert torch.equal(graph[key], expected[key]), key
+
+
+@pytest.mark.slow
+def test_generalization_prediction_fits(tiny_zoo, tmp_path):
+    """Needs module_to_graph to read ZooViT. The data module's spec sees both depths (two layouts)."""
+    from neuralgraph.training.cli import run_lightning_cli
+    from neuralgraph.training.transformer_zoo_datamodule import TransformerZooDataModule
+
+    assert len(TransformerZooDataModule(root=str(tiny_zoo)).spec.layouts) >= 2
+    cli = run_lightning_cli(["fit", "--config", "configs/transformer_zoo/gmn.yaml", "--data.init_args.root",
+                             str(tiny_zoo), "--trainer.max_epochs", "1", "--trainer.default_root_dir", str(tmp_path),
+                             "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
+                             "--model.init_args.metanet_config", "{hidden_dim: 8, num_layers: 1}"])
+    metrics = cli.trainer.callback_metrics
+    assert {"test/kendall_tau", "test/r2", "test/loss"} <= metrics.keys()
+    assert torch.isfinite(metrics["test/loss"])

@@ -1,0 +1,63 @@
+"""The transformer-zoo generalization benchmark: a real smoke fit of StatNN on a written zoo, the runner's
+bookkeeping on stand-in fits, and its configs at GMN's parameter budget on the zoo's graphs."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import fake_fits  # noqa: E402
+import transformer_zoo as bench  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def smoke_zoo(tmp_path_factory) -> Path:
+    zoo = tmp_path_factory.mktemp("transformer_zoo") / "zoo"
+    bench.prepare_zoo(bench.PROTOCOLS["smoke"], zoo)
+    return zoo
+
+
+def smoke(tmp_path, zoo, *extra):
+    return bench.main(["--protocol", "smoke", "--zoo", str(zoo), "--out", str(tmp_path / "runs"),
+                       "--results", str(tmp_path / "results"), *extra])
+
+
+def test_a_statnn_fit_on_the_smoke_zoo_is_recorded_and_a_rerun_skips_it(smoke_zoo, tmp_path, capsys):
+    assert smoke(tmp_path, smoke_zoo, "--archs", "statnn") == 0
+    (raw,) = (tmp_path / "results").glob("transformer_zoo_smoke_*.json")
+    (run,) = json.loads(raw.read_text())["runs"]
+    assert run["arch"] == "statnn" and run["hidden_dim"] == 8 and run["epochs"] == 1 and run["r2"] <= 1
+    table = raw.with_suffix(".md").read_text()
+    assert "| statnn | " in table and "| ng_t | not run yet |" in table and "ViTs x checkpoints" in table
+    capsys.readouterr()
+    assert smoke(tmp_path, smoke_zoo, "--archs", "statnn") == 0
+    assert capsys.readouterr().out.count("skipped") == 1
+
+
+def test_a_killed_invocation_keeps_its_finished_runs(smoke_zoo, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(subprocess, "run", fake_fits.fake_fit(calls, lambda n: {
+        "kendall_tau": 0.1 * n, "r2": 0.05 * n, "best_val_loss": 1.0, "parameters": 10, "hidden_dim": 8,
+        "epochs": 1, "wall_s": 1.0, "resumed": False, "threads": 1, "peak_rss_mb": 1.0}, fail_at=2))
+    with pytest.raises(subprocess.CalledProcessError):
+        smoke(tmp_path, smoke_zoo, "--archs", "gmn", "ng_t")
+    (raw,) = (tmp_path / "results").glob("transformer_zoo_smoke_*.json")
+    assert [r["arch"] for r in json.loads(raw.read_text())["runs"]] == ["gmn"]
+    assert calls[0][calls[0].index("--data.root") + 1] == str(smoke_zoo)
+    assert smoke(tmp_path, smoke_zoo, "--archs", "gmn", "ng_t") == 0 and len(calls) == 3
+    assert [r["arch"] for r in json.loads(raw.read_text())["runs"]] == ["gmn", "ng_t"]
+
+
+def test_configs_are_at_gmns_budget_on_the_zoos_graphs():
+    reference = bench.model_parameters(*bench.REFERENCE)
+    for system in bench.SYSTEMS:
+        config = yaml.safe_load((bench.CONFIGS / f"{system}.yaml").read_text())
+        init_args = config["model"]["init_args"]
+        assert init_args["metanet"] == system
+        assert config["data"]["class_path"].endswith("TransformerZooDataModule")
+        count = bench.model_parameters(system, init_args["metanet_config"])
+        assert abs(count - reference) <= bench.BUDGET_TOLERANCE * reference, system
