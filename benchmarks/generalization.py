@@ -42,10 +42,8 @@ Protocols:
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
-import platform
 import statistics
 import sys
 from pathlib import Path
@@ -56,7 +54,16 @@ import yaml
 from dilation import CPU_DEPTH, CPU_OPTIONS, machine_name, matched_width
 from machine import cpu_description
 from neuralgraph.nn import METANETS
-from runner import fit_and_record, fit_arguments, load_runs, run_missing, select_runs, write_atomic
+from runner import (
+    fit_and_record,
+    fit_arguments,
+    load_runs,
+    protocol_runs,
+    results_saver,
+    run_missing,
+    seeded_parser,
+    write_atomic,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -284,15 +291,9 @@ def summarize(runs: list[dict], systems: list[str], protocol_name: str, machine:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="smoke")
-    parser.add_argument("--archs", nargs="+", choices=sorted(SYSTEMS))
-    parser.add_argument("--seeds", nargs="+", type=int)
+    parser = seeded_parser(__doc__, PROTOCOLS, SYSTEMS, ROOT / "runs" / "benchmarks" / "generalization", RESULTS)
     parser.add_argument("--zoo", type=Path, default=None, help="preset zoo folder (default: data/small_cnn_zoo_<protocol>)")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "benchmarks" / "generalization")
-    parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--write-configs", action="store_true", help="write configs/generalization/*.yaml and exit")
-    parser.add_argument("--run-one", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run_one:
         run_one(args.run_one[1:], Path(args.run_one[0]))
@@ -302,10 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             print(path.relative_to(ROOT))
         return 0
     protocol = PROTOCOLS[args.protocol]
-    plan = list(dict.fromkeys((system, seed) for systems, seeds in protocol["plan"] for system in systems
-                              for seed in seeds))
-    todo = select_runs(plan, args.archs, args.seeds)
-    systems = list(dict.fromkeys(system for system, _ in plan + todo))
+    plan, todo, systems = protocol_runs(protocol, args.archs, args.seeds)
     settings = {system: run_settings(protocol, system) for system in systems}
     zoo = args.zoo or ROOT / "data" / f"small_cnn_zoo_{args.protocol}"
     folders = prepare_zoo(protocol, zoo, {SYSTEMS[system][2] for system, _ in todo} | {None})
@@ -313,14 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     stem = args.results / f"generalization_{args.protocol}_{machine}"
     runs = load_runs(stem.with_suffix(".json"))
-
-    def save() -> None:
-        done = {(r["arch"], r["seed"]) for r in runs}
-        meta = {"protocol": args.protocol, "machine": machine, "cpu": cpu_description(), "platform": platform.platform(),
-                "torch": torch.__version__, "runs": runs}
-        write_atomic(stem.with_suffix(".json"), json.dumps(meta, indent=2))
-        write_atomic(stem.with_suffix(".md"), summarize(runs, systems, args.protocol, machine, folders,
-                                                        [run for run in plan if run not in done]))
+    save = results_saver(stem, runs, plan,
+                         lambda missing: summarize(runs, systems, args.protocol, machine, folders, missing),
+                         protocol=args.protocol, machine=machine, cpu=cpu_description())
 
     run_missing(__file__, f"[{args.protocol}]", [(system, 1, seed) for system, seed in todo], runs,
                 lambda system, _: settings[system], stem.with_suffix(".json"), args.out / args.protocol,

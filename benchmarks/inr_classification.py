@@ -32,19 +32,25 @@ otherwise) with the ``dws-released`` preset; a folder written by ``import-datase
 """
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import statistics
 import sys
 from pathlib import Path
 
-import torch
 import yaml
 
 from dilation import CPU_DEPTH, CPU_OPTIONS, machine_name, matched_width
 from neuralgraph.nn import METANETS
-from runner import fit_and_record, fit_arguments, load_runs, run_missing, select_runs, write_atomic
+from runner import (
+    fit_and_record,
+    fit_arguments,
+    load_runs,
+    protocol_runs,
+    results_saver,
+    run_missing,
+    seeded_parser,
+    write_atomic,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -160,36 +166,22 @@ def summarize(runs: list[dict], archs: list[str], protocol_name: str, machine: s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="smoke")
-    parser.add_argument("--archs", nargs="+", choices=sorted(METANETS))
-    parser.add_argument("--seeds", nargs="+", type=int)
+    parser = seeded_parser(__doc__, PROTOCOLS, METANETS, ROOT / "runs" / "benchmarks" / "inr_classification", RESULTS)
     parser.add_argument("--data-root", type=Path, default=None, help="INR folder (default: data/inrs-<protocol>)")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "benchmarks" / "inr_classification")
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--run-one", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run_one:
         run_one(args.run_one[1:], Path(args.run_one[0]))
         return 0
     protocol = PROTOCOLS[args.protocol]
     data_root = args.data_root or ROOT / "data" / f"inrs-{args.protocol}"
-    plan = list(dict.fromkeys((arch, seed) for archs, seeds in protocol["plan"] for arch in archs for seed in seeds))
-    todo = select_runs(plan, args.archs, args.seeds)
-    archs = list(dict.fromkeys(arch for arch, _ in plan + todo))
+    plan, todo, archs = protocol_runs(protocol, args.archs, args.seeds)
     machine = machine_name()
     args.results.mkdir(parents=True, exist_ok=True)
     stem = args.results / f"inr_classification_{args.protocol}_{machine}"
     runs = load_runs(stem.with_suffix(".json"))
     settings = {arch: run_settings(protocol, arch) for arch in archs}
-
-    def save() -> None:
-        done = {(r["arch"], r["seed"]) for r in runs}
-        meta = {"protocol": args.protocol, "machine": machine, "platform": platform.platform(),
-                "torch": torch.__version__, "runs": runs}
-        write_atomic(stem.with_suffix(".json"), json.dumps(meta, indent=2))
-        write_atomic(stem.with_suffix(".md"), summarize(runs, archs, args.protocol, machine,
-                                                        [run for run in plan if run not in done]))
+    save = results_saver(stem, runs, plan, lambda missing: summarize(runs, archs, args.protocol, machine, missing),
+                         protocol=args.protocol, machine=machine)
 
     run_missing(__file__, f"[{args.protocol}]", [(arch, 1, seed) for arch, seed in todo], runs,
                 lambda arch, _: settings[arch], stem.with_suffix(".json"), args.out / args.protocol,

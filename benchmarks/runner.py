@@ -10,9 +10,11 @@ a recorded run made with other settings is an error naming the field.
 """
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
+import platform
 import resource
 import subprocess
 import sys
@@ -73,6 +75,44 @@ def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "cpu": cpu_short(),
     }
+
+
+def seeded_parser(doc: str, protocols: Sequence[str], systems: Sequence[str], out: Path,
+                  results: Path) -> argparse.ArgumentParser:
+    """The options of a benchmark over (system, seed) runs: ``--protocol``, ``--archs``, ``--seeds``,
+    ``--out`` (run folders), ``--results`` and the child's hidden ``--run-one``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--protocol", choices=sorted(protocols), default="smoke")
+    parser.add_argument("--archs", nargs="+", choices=sorted(systems))
+    parser.add_argument("--seeds", nargs="+", type=int)
+    parser.add_argument("--out", type=Path, default=out)
+    parser.add_argument("--results", type=Path, default=results)
+    parser.add_argument("--run-one", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return parser
+
+
+def protocol_runs(protocol: dict, archs: Optional[Sequence[str]], seeds: Optional[Sequence[int]]
+                  ) -> tuple[list[tuple[str, int]], list[tuple[str, int]], list[str]]:
+    """``(plan, todo, systems)``: the protocol's (system, seed) runs in order, those ``--archs``/``--seeds``
+    select, and the systems of both in order (the rows of the table)."""
+    plan = list(dict.fromkeys((system, seed) for systems, seeds_ in protocol["plan"] for system in systems
+                              for seed in seeds_))
+    todo = select_runs(plan, archs, seeds)
+    return plan, todo, list(dict.fromkeys(system for system, _ in plan + todo))
+
+
+def results_saver(stem: Path, runs: list[dict], plan: Sequence[tuple[str, int]], summary: Callable[[list], str],
+                  **meta) -> Callable[[], None]:
+    """A ``save()`` writing ``stem.json`` (``meta``, platform, torch, ``runs``) and ``stem.md``
+    (``summary(missing runs of the plan)``), each atomically."""
+
+    def save() -> None:
+        done = {(r["arch"], r["seed"]) for r in runs}
+        record = {**meta, "platform": platform.platform(), "torch": torch.__version__, "runs": runs}
+        write_atomic(stem.with_suffix(".json"), json.dumps(record, indent=2))
+        write_atomic(stem.with_suffix(".md"), summary([run for run in plan if run not in done]))
+
+    return save
 
 
 def select_runs(plan: Sequence[tuple], *choices: Optional[Sequence]) -> list[tuple]:

@@ -29,10 +29,8 @@ tau tables); that zoo is larger and differently made, so its numbers are not a c
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import json
-import platform
 import sys
 from pathlib import Path
 
@@ -42,7 +40,7 @@ import yaml
 from dilation import CPU_DEPTH, machine_name, matched_width
 from generalization import BUDGET_TOLERANCE, cell, run_one
 from machine import cpu_description
-from runner import fit_arguments, load_runs, run_missing, select_runs, write_atomic
+from runner import fit_arguments, load_runs, protocol_runs, results_saver, run_missing, seeded_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -183,16 +181,10 @@ def summarize(runs: list[dict], systems: list[str], protocol_name: str, machine:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="smoke")
-    parser.add_argument("--archs", nargs="+", choices=sorted(SYSTEMS))
-    parser.add_argument("--seeds", nargs="+", type=int)
+    parser = seeded_parser(__doc__, PROTOCOLS, SYSTEMS, ROOT / "runs" / "benchmarks" / "transformer_zoo", RESULTS)
     parser.add_argument("--zoo", type=Path, default=None, help="zoo folder (default: data/transformer_zoo, "
                                                                "data/transformer_zoo_smoke for the smoke protocol)")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "benchmarks" / "transformer_zoo")
-    parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--write-configs", action="store_true", help="write configs/transformer_zoo/*.yaml and exit")
-    parser.add_argument("--run-one", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run_one:
         run_one(args.run_one[1:], Path(args.run_one[0]))
@@ -202,10 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             print(path.relative_to(ROOT))
         return 0
     protocol = PROTOCOLS[args.protocol]
-    plan = list(dict.fromkeys((system, seed) for systems, seeds in protocol["plan"] for system in systems
-                              for seed in seeds))
-    todo = select_runs(plan, args.archs, args.seeds)
-    systems = list(dict.fromkeys(system for system, _ in plan + todo))
+    plan, todo, systems = protocol_runs(protocol, args.archs, args.seeds)
     settings = {system: run_settings(protocol, system) for system in systems}
     zoo = args.zoo or ROOT / "data" / ("transformer_zoo" if args.protocol == "cpu" else f"transformer_zoo_{args.protocol}")
     prepare_zoo(protocol, zoo)
@@ -213,14 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     stem = args.results / f"transformer_zoo_{args.protocol}_{machine}"
     runs = load_runs(stem.with_suffix(".json"))
-
-    def save() -> None:
-        done = {(r["arch"], r["seed"]) for r in runs}
-        meta = {"protocol": args.protocol, "machine": machine, "cpu": cpu_description(), "platform": platform.platform(),
-                "torch": torch.__version__, "runs": runs}
-        write_atomic(stem.with_suffix(".json"), json.dumps(meta, indent=2))
-        write_atomic(stem.with_suffix(".md"), summarize(runs, systems, args.protocol, machine, zoo,
-                                                        [run for run in plan if run not in done]))
+    save = results_saver(stem, runs, plan, lambda missing: summarize(runs, systems, args.protocol, machine, zoo, missing),
+                         protocol=args.protocol, machine=machine, cpu=cpu_description())
 
     def arguments(system: str, _, seed: int, out: Path) -> list[str]:
         s = settings[system]

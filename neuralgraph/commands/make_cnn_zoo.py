@@ -14,29 +14,34 @@ DEFAULTS = ZooSettings()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="zoo folder (created; rerun the same command to resume)")
-    parser.add_argument("--networks", type=positive_int, default=DEFAULTS.networks, help="networks to train")
+    add_zoo_arguments(parser, DEFAULTS, nonnegative_int)
     parser.add_argument("--channels", type=positive_int, default=DEFAULTS.channels, help="channels of each convolution")
-    parser.add_argument("--epochs", type=nonnegative_int, nargs="+", default=list(DEFAULTS.checkpoint_epochs),
-                        help="epochs at which each network is recorded (increasing; training runs to the last)")
-    parser.add_argument("--train-size", type=positive_int, default=DEFAULTS.train_size,
-                        help="first N MNIST training images (each network trains on its own fraction of them)")
-    parser.add_argument("--test-size", type=positive_int, default=DEFAULTS.test_size, help="first N MNIST test images")
-    parser.add_argument("--batch-size", type=positive_int, default=DEFAULTS.batch_size, help="images per step")
-    parser.add_argument("--shard-size", type=positive_int, default=DEFAULTS.shard_size,
-                        help="networks trained together and stored per safetensors shard")
-    parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="base seed of hyperparameters and initialisations")
-    parser.add_argument("--source", choices=("full", "embedded"), default=DEFAULTS.source,
-                        help="full MNIST files, or the subset embedded in the package (offline: 2,000 train / 500 test)")
-    parser.add_argument("--mnist", default=None, help="folder of the MNIST IDX files (default: $NEURALGRAPH_MNIST, cache)")
-    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
-    distributed.add_arguments(parser)
     parser.add_argument("--preset", choices=(preset.PRESET,), default=None,
                         help="the Small CNN Zoo's architecture, hyperparameters and file format (docs/cnn_zoo.md); "
                              "--epochs, --train-size, --test-size and --batch-size default to its protocol "
                              "(0 1 2 3 20 40 60 80 86, 60000, 10000, 512); it trains on one machine (--worker-index, "
                              "--num-workers and --merge are refused)")
     preset.mark_defaults(parser)
+
+
+def add_zoo_arguments(parser: argparse.ArgumentParser, defaults, epochs_type=positive_int) -> None:
+    """The options every zoo generator takes (``defaults``: its settings dataclass' defaults)."""
+    parser.add_argument("--out", required=True, help="zoo folder (created; rerun the same command to resume)")
+    parser.add_argument("--networks", type=positive_int, default=defaults.networks, help="networks to train")
+    parser.add_argument("--epochs", type=epochs_type, nargs="+", default=list(defaults.checkpoint_epochs),
+                        help="epochs at which each network is recorded (increasing; training runs to the last)")
+    parser.add_argument("--train-size", type=positive_int, default=defaults.train_size,
+                        help="first N MNIST training images (each network trains on its own fraction of them)")
+    parser.add_argument("--test-size", type=positive_int, default=defaults.test_size, help="first N MNIST test images")
+    parser.add_argument("--batch-size", type=positive_int, default=defaults.batch_size, help="images per step")
+    parser.add_argument("--shard-size", type=positive_int, default=defaults.shard_size,
+                        help="networks trained together and stored per safetensors shard")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="base seed of hyperparameters and initialisations")
+    parser.add_argument("--source", choices=("full", "embedded"), default=defaults.source,
+                        help="full MNIST files, or the subset embedded in the package (offline: 2,000 train / 500 test)")
+    parser.add_argument("--mnist", default=None, help="folder of the MNIST IDX files (default: $NEURALGRAPH_MNIST, cache)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
+    distributed.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

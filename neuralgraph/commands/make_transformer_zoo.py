@@ -5,7 +5,8 @@ import argparse
 
 import torch
 
-from neuralgraph.commands import distributed, positive_int
+from neuralgraph.commands import distributed
+from neuralgraph.commands.make_cnn_zoo import add_zoo_arguments
 from neuralgraph.data.shards import Worker
 from neuralgraph.data.transformer_zoo import TransformerZooSettings, make_transformer_zoo
 
@@ -13,22 +14,7 @@ DEFAULTS = TransformerZooSettings()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="zoo folder (created; rerun the same command to resume)")
-    parser.add_argument("--networks", type=positive_int, default=DEFAULTS.networks, help="networks to train")
-    parser.add_argument("--epochs", type=positive_int, nargs="+", default=list(DEFAULTS.checkpoint_epochs),
-                        help="epochs at which each network is recorded (increasing; training runs to the last)")
-    parser.add_argument("--train-size", type=positive_int, default=DEFAULTS.train_size,
-                        help="first N MNIST training images (each network trains on its own fraction of them)")
-    parser.add_argument("--test-size", type=positive_int, default=DEFAULTS.test_size, help="first N MNIST test images")
-    parser.add_argument("--batch-size", type=positive_int, default=DEFAULTS.batch_size, help="images per step")
-    parser.add_argument("--shard-size", type=positive_int, default=DEFAULTS.shard_size,
-                        help="networks trained together and stored per safetensors shard")
-    parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="base seed of hyperparameters and initialisations")
-    parser.add_argument("--source", choices=("full", "embedded"), default=DEFAULTS.source,
-                        help="full MNIST files, or the subset embedded in the package (offline: 2,000 train / 500 test)")
-    parser.add_argument("--mnist", default=None, help="folder of the MNIST IDX files (default: $NEURALGRAPH_MNIST, cache)")
-    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads (default: torch's)")
-    distributed.add_arguments(parser)
+    add_zoo_arguments(parser, DEFAULTS)
 
 
 def run(args: argparse.Namespace) -> int:

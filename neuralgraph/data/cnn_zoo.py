@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple, Optional, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -294,9 +294,18 @@ def make_cnn_zoo(out: PathLike, settings: ZooSettings = ZooSettings(), root: Opt
     ``distributed`` (this process is one :class:`~neuralgraph.data.shards.Worker` of many) and
     ``merge`` (the step after the workers) are those of :class:`~neuralgraph.data.shards.FolderWriter`.
     """
+    return write_zoo(out, ZOO_FOLDER, settings, train_shard, "CNN", root, progress, distributed, merge,
+                     choices={k: list(v) for k, v in CHOICES.items()})
+
+
+def write_zoo(out: PathLike, folder: FolderFormat, settings, train_shard: Callable, unit: str,
+              root: Optional[PathLike], progress: bool, distributed: Optional[Worker], merge: bool,
+              **manifest) -> dict:
+    """The loop every zoo generator shares: plan the shards of ``settings.shard_size`` networks that
+    are missing, train each with ``train_shard(first, count, settings, train, test, bar)`` on the
+    settings' MNIST images, and commit it (``manifest``: the generator's own manifest fields)."""
     out = Path(out)
-    writer = FolderWriter(out, ZOO_FOLDER, settings.to_dict(), distributed, merge,
-                          choices={k: list(v) for k, v in CHOICES.items()}, shards=[])
+    writer = FolderWriter(out, folder, settings.to_dict(), distributed, merge, **manifest, shards=[])
     manifest = writer.manifest
     todo = []
     for k, first in enumerate(range(0, settings.networks, settings.shard_size)):
@@ -309,7 +318,7 @@ def make_cnn_zoo(out: PathLike, settings: ZooSettings = ZooSettings(), root: Opt
     train = _mnist("train", settings.train_size, settings.source, root)
     test = _mnist("test", settings.test_size, settings.source, root)
     done = settings.networks - sum(count for _, _, count in todo)
-    with tqdm(total=settings.networks, initial=done, unit="CNN", desc=f"make-cnn-zoo {out}", disable=not progress,
+    with tqdm(total=settings.networks, initial=done, unit=unit, desc=f"{folder.command} {out}", disable=not progress,
               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}]") as bar:
         for path, first, count in todo:
             writer.commit(path, safetensors_bytes(train_shard(first, count, settings, train, test, bar)))
@@ -317,6 +326,17 @@ def make_cnn_zoo(out: PathLike, settings: ZooSettings = ZooSettings(), root: Opt
 
 
 SPLIT_FRACTIONS = {"val": 0.15, "test": 0.15}
+
+
+def network_split(tensors: dict[str, Tensor], networks: int, split: str, split_seed: int) -> dict[str, Tensor]:
+    """The entries of ``split``, split by network: position in ``numpy.random.default_rng(split_seed)``'s
+    permutation of the ``networks`` ids, first 15% val, next 15% test, the rest train."""
+    permutation = np.random.default_rng(split_seed).permutation(networks)
+    n_val, n_test = (round(SPLIT_FRACTIONS[s] * networks) for s in ("val", "test"))
+    members = {"val": permutation[:n_val], "test": permutation[n_val:n_val + n_test],
+               "train": permutation[n_val + n_test:]}[split]
+    keep = torch.from_numpy(np.isin(tensors["network"].numpy(), members)).nonzero().flatten()
+    return {key: value[keep] for key, value in tensors.items()}
 
 
 class ZooBatch(NamedTuple):
@@ -398,13 +418,8 @@ class CnnZooDataset(Dataset):
             raise DatasetError(f"{manifest_path}: {found} of {manifest['networks']} networks trained "
                                "(an unfinished run? rerun the same make-cnn-zoo command)")
         shards = [self._load_shard(record) for record in manifest["shards"]]
-        tensors = {key: torch.cat([s[key] for s in shards]) for key in shards[0]}
-        permutation = np.random.default_rng(split_seed).permutation(manifest["networks"])
-        n_val, n_test = (round(SPLIT_FRACTIONS[s] * manifest["networks"]) for s in ("val", "test"))
-        members = {"val": permutation[:n_val], "test": permutation[n_val:n_val + n_test],
-                   "train": permutation[n_val + n_test:]}[split]
-        keep = torch.from_numpy(np.isin(tensors["network"].numpy(), members)).nonzero().flatten()
-        return {key: value[keep] for key, value in tensors.items()}
+        return network_split({key: torch.cat([s[key] for s in shards]) for key in shards[0]}, manifest["networks"],
+                             split, split_seed)
 
     def _imported_split(self, manifest: dict, split: str, manifest_path: Path) -> dict[str, Tensor]:
         entry = manifest["splits"].get(split)

@@ -51,25 +51,22 @@ from typing import Optional, Sequence
 
 import numpy as np
 import torch
-from safetensors.torch import save as safetensors_bytes
 from torch import Tensor, nn
 from torch.func import functional_call
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from neuralgraph.data.cnn_zoo import SPLIT_FRACTIONS, ZooBatch, _mnist, network_seed
+from neuralgraph.data.cnn_zoo import ZooBatch, network_seed, network_split, write_zoo
 from neuralgraph.data.mnist import PathLike
 from neuralgraph.data.shards import (
     MANIFEST,
     SPLITS,
     DatasetError,
     FolderFormat,
-    FolderWriter,
     Worker,
     read_manifest,
     read_shard,
-    shard_name,
 )
 from neuralgraph.graph import Activation, ModuleConverter, ParameterGraph, batch_graphs
 
@@ -334,27 +331,8 @@ def make_transformer_zoo(out: PathLike, settings: TransformerZooSettings = Trans
     does not list is never overwritten; ``distributed`` and ``merge`` are those of
     :class:`~neuralgraph.data.shards.FolderWriter`.
     """
-    out = Path(out)
-    writer = FolderWriter(out, ZOO_FOLDER, settings.to_dict(), distributed, merge, architecture=ARCHITECTURE,
-                          choices={k: list(v) for k, v in CHOICES.items()}, shards=[])
-    manifest = writer.manifest
-    todo = []
-    for k, first in enumerate(range(0, settings.networks, settings.shard_size)):
-        path, count = out / shard_name("zoo", k), min(settings.shard_size, settings.networks - first)
-        if writer.plan(manifest["shards"], path, networks=count, first=first):
-            todo.append((path, first, count))
-    writer.start()
-    if not todo:
-        return manifest
-    train = _mnist("train", settings.train_size, settings.source, root)
-    test = _mnist("test", settings.test_size, settings.source, root)
-    done = settings.networks - sum(count for _, _, count in todo)
-    with tqdm(total=settings.networks, initial=done, unit="ViT", desc=f"make-transformer-zoo {out}",
-              disable=not progress, dynamic_ncols=True,
-              bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}]") as bar:
-        for path, first, count in todo:
-            writer.commit(path, safetensors_bytes(train_shard(first, count, settings, train, test, bar)))
-    return manifest
+    return write_zoo(out, ZOO_FOLDER, settings, train_shard, "ViT", root, progress, distributed, merge,
+                     architecture=ARCHITECTURE, choices={k: list(v) for k, v in CHOICES.items()})
 
 
 class TransformerZooDataset(Dataset):
@@ -381,14 +359,10 @@ class TransformerZooDataset(Dataset):
             raise DatasetError(f"{manifest_path}: {found} of {self.manifest['networks']} networks trained "
                                "(an unfinished run? rerun the same make-transformer-zoo command)")
         shards = [self._load_shard(record) for record in self.manifest["shards"]]
-        tensors = {key: torch.cat([s[key] for s in shards]) for key in shards[0]}
-        permutation = np.random.default_rng(split_seed).permutation(self.manifest["networks"])
-        n_val, n_test = (round(SPLIT_FRACTIONS[s] * self.manifest["networks"]) for s in ("val", "test"))
-        members = {"val": permutation[:n_val], "test": permutation[n_val:n_val + n_test],
-                   "train": permutation[n_val + n_test:]}[split]
-        keep = torch.from_numpy(np.isin(tensors["network"].numpy(), members)).nonzero().flatten()
+        tensors = network_split({key: torch.cat([s[key] for s in shards]) for key in shards[0]},
+                                self.manifest["networks"], split, split_seed)
         self.split = split
-        self.tensors = {key: value[keep] for key, value in tensors.items()}
+        self.tensors = tensors
         self.accuracy = self.tensors["test_accuracy"]
 
     def _load_shard(self, record: dict) -> dict[str, Tensor]:
