@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from neuralgraph.graph.convert.elements import SOURCE, EdgeGroup, ElementConverter
+from neuralgraph.graph.convert.registry import layer_block, layer_weight
 from neuralgraph.graph.convert.trace import POSITION, Chain, Piece
 from neuralgraph.graph.decode import check_finite
 from neuralgraph.graph.schema import (
@@ -63,9 +64,7 @@ class GeneralLayout:
 
 
 def _layer_block(name: str, module: nn.Module, converter, in_neurons: Optional[int]) -> tuple[Tensor, Tensor]:
-    from neuralgraph.graph.convert.module import _block  # the chain path's checks, one place
-
-    return _block(name, *converter.parameters(module), converter, in_neurons)
+    return layer_block(name, *converter.parameters(module), converter, in_neurons)
 
 
 def general_graph(module: nn.Module, chain: Chain) -> tuple[ParameterGraph, GeneralLayout]:
@@ -161,8 +160,6 @@ def _locate(group: EdgeGroup, piece: Piece, widths: list[int]) -> _Group:
 
 def load_general(graph, result: nn.Module, chain: Chain) -> nn.Module:
     """Write a general graph's parameters into ``result`` (a copy of the template walked as ``chain``)."""
-    from neuralgraph.graph.convert.module import _weight
-
     expected, layout = general_graph(result, chain)
     for name in ("layout", "node_layer", "edge_index", "edge_kind", "edge_layer"):
         mine, theirs = getattr(graph, name, None), getattr(expected, name)
@@ -213,13 +210,13 @@ def load_general(graph, result: nn.Module, chain: Chain) -> nn.Module:
             (level,) = piece.levels
             d_out, d_in = graph.layout[rank[level]], graph.layout[rank[piece.source]]
             block = attr[slices[0]].reshape(d_out, d_in, -1)
-            new = _weight(piece.name, weight, bias, converter, block, None if piece.source == 0 else d_in)
+            new = layer_weight(piece.name, weight, bias, converter, block, None if piece.source == 0 else d_in)
             _write(piece.name, weight, bias, new, biases(level))
     for (name, converter, a, b), rows in layout.shortcuts:
         sub = result.get_submodule(name)
         weight, bias = converter.parameters(sub)
         block = attr[rows].reshape(graph.layout[rank[b]], graph.layout[rank[a]], -1)
-        new = _weight(name, weight, bias, converter, block, graph.layout[rank[a]])
+        new = layer_weight(name, weight, bias, converter, block, graph.layout[rank[a]])
         _write(name, weight, bias, new, None if bias is None else torch.zeros_like(bias))
     return result
 

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from neuralgraph.graph.build import blocks_to_graph
 from neuralgraph.graph.convert.batchnorm import fold_batchnorm, has_batchnorm, unfold_into
 from neuralgraph.graph.convert.general import general_graph, load_general
-from neuralgraph.graph.convert.registry import LayerConverter, converter_for
+from neuralgraph.graph.convert.registry import LayerConverter, converter_for, layer_block, layer_weight
 from neuralgraph.graph.convert.state_dict import StateDict, state_dict_layers
 from neuralgraph.graph.convert.trace import Chain, trace_chain
 from neuralgraph.graph.decode import check_finite, common_layout, graph_shortcuts, graph_skips, graph_to_blocks
@@ -39,19 +39,6 @@ def _module_shortcuts(module: nn.Module, chain: Chain) -> list[tuple[str, Tensor
     return [(name, *conv.parameters(module.get_submodule(name)), conv, a, b) for name, conv, a, b in chain.shortcuts]
 
 
-def _block(name: str, weight: Tensor, bias: Optional[Tensor], converter: LayerConverter,
-           in_neurons: Optional[int]) -> tuple[Tensor, Tensor]:
-    """One layer's edge block and bias (zeros when it has none); errors name the layer."""
-    weight = weight.detach()
-    try:
-        block = converter.to_block(weight, bias, in_neurons)
-    except GraphConversionError as err:
-        raise GraphConversionError(f"layer {name!r}: {err}") from None
-    if bias is not None and tuple(bias.shape) != (block.shape[0],):
-        raise GraphConversionError(f"layer {name!r}: bias shape {tuple(bias.shape)} does not match {block.shape[0]} outputs")
-    return block, weight.new_zeros(block.shape[0]) if bias is None else bias.detach()
-
-
 def _to_graph(layers, chain: Optional[Chain] = None, shortcut_layers=()) -> Graph:
     """The graph of the chain ``layers``; with ``chain``, also its skips, shortcuts and activations.
 
@@ -60,7 +47,7 @@ def _to_graph(layers, chain: Optional[Chain] = None, shortcut_layers=()) -> Grap
     """
     blocks, biases, in_neurons = [], [], None
     for name, weight, bias, converter in layers:
-        block, b = _block(name, weight, bias, converter, in_neurons)
+        block, b = layer_block(name, weight, bias, converter, in_neurons)
         blocks.append(block)
         biases.append(b)
         in_neurons = block.shape[0]
@@ -69,7 +56,7 @@ def _to_graph(layers, chain: Optional[Chain] = None, shortcut_layers=()) -> Grap
     layout = [blocks[0].shape[1]] + [block.shape[0] for block in blocks]
     shortcuts = []
     for name, weight, bias, converter, a, b in shortcut_layers:
-        block, shortcut_bias = _block(name, weight, bias, converter, layout[a])
+        block, shortcut_bias = layer_block(name, weight, bias, converter, layout[a])
         shortcuts.append((a, b, block))
         biases[b - 1] = biases[b - 1] + shortcut_bias
     codes = activation_codes(chain.activations).to(blocks[0].device)
@@ -197,20 +184,6 @@ def _load_module(graph: Graph, result: nn.Module, chain: Chain) -> nn.Module:
     return _load(graph, result, _module_layers, chain)
 
 
-def _weight(name: str, weight: Tensor, bias: Optional[Tensor], conv: LayerConverter, block: Tensor,
-            in_neurons: Optional[int]) -> Tensor:
-    """The weight of a template layer from its ``[d_out, d_in, F]`` edge block; features past its own must be 0."""
-    expected = conv.to_block(weight.detach(), bias, in_neurons).shape
-    if tuple(block.shape[:2]) != tuple(expected[:2]):
-        raise GraphConversionError(
-            f"layer {name!r}: template has {tuple(expected[:2])} (out, in) neurons, graph has {tuple(block.shape[:2])}"
-        )
-    width = expected[2]
-    if bool((block[..., width:] != 0).any()):
-        raise GraphConversionError(f"layer {name!r}: edge features beyond its {width} weights are nonzero")
-    return conv.from_block(block[..., :width].contiguous(), weight).to(weight.dtype)
-
-
 def _load(graph: Graph, result, read_layers, chain: Optional[Chain]):
     """Write the graph's parameters into ``result`` (a module copy or a state dict) and return it."""
     layers = read_layers(result, chain)
@@ -224,7 +197,7 @@ def _load(graph: Graph, result, read_layers, chain: Optional[Chain]):
         b = b[0]
         if bias is None and bool((b != 0).any()):
             raise GraphConversionError(f"layer {name!r}: template has no bias but the graph's biases are nonzero")
-        updates.append((name, weight, bias, _weight(name, weight, bias, conv, block[0], layout[l - 1] if l > 1 else None), b))
+        updates.append((name, weight, bias, layer_weight(name, weight, bias, conv, block[0], layout[l - 1] if l > 1 else None), b))
     if chain is not None:
         if graph_skips(graph) != tuple(sorted(chain.skips)):
             raise GraphConversionError(
@@ -238,7 +211,7 @@ def _load(graph: Graph, result, read_layers, chain: Optional[Chain]):
                                        f"the template has {sorted(in_template)}")
         for pair, block in in_graph.items():  # the shortcut's bias is in the layer it adds into
             name, weight, bias, conv = in_template[pair]
-            new_weight = _weight(name, weight, bias, conv, block, layout[pair[0]])
+            new_weight = layer_weight(name, weight, bias, conv, block, layout[pair[0]])
             updates.append((name, weight, bias, new_weight, None if bias is None else torch.zeros_like(bias)))
     if chain is not None:
         _check_architecture(graph, chain)

@@ -12,6 +12,8 @@ from typing import Iterable, Optional, Union
 
 from torch import Tensor, nn
 
+from neuralgraph.graph.schema import GraphConversionError
+
 
 class LayerConverter(abc.ABC):
     """Maps one layer's ``(weight, bias)`` to an edge block and back. Subclass and register."""
@@ -61,3 +63,30 @@ def converter_for(layer: Union[nn.Module, type]) -> Optional[object]:
         if cls in _CONVERTERS:
             return _CONVERTERS[cls]
     return None
+
+
+def layer_block(name: str, weight: Tensor, bias: Optional[Tensor], converter: LayerConverter,
+                in_neurons: Optional[int]) -> tuple[Tensor, Tensor]:
+    """One layer's edge block and bias (zeros when it has none); errors name the layer."""
+    weight = weight.detach()
+    try:
+        block = converter.to_block(weight, bias, in_neurons)
+    except GraphConversionError as err:
+        raise GraphConversionError(f"layer {name!r}: {err}") from None
+    if bias is not None and tuple(bias.shape) != (block.shape[0],):
+        raise GraphConversionError(f"layer {name!r}: bias shape {tuple(bias.shape)} does not match {block.shape[0]} outputs")
+    return block, weight.new_zeros(block.shape[0]) if bias is None else bias.detach()
+
+
+def layer_weight(name: str, weight: Tensor, bias: Optional[Tensor], conv: LayerConverter, block: Tensor,
+                 in_neurons: Optional[int]) -> Tensor:
+    """The weight of a template layer from its ``[d_out, d_in, F]`` edge block; features past its own must be 0."""
+    expected = conv.to_block(weight.detach(), bias, in_neurons).shape
+    if tuple(block.shape[:2]) != tuple(expected[:2]):
+        raise GraphConversionError(
+            f"layer {name!r}: template has {tuple(expected[:2])} (out, in) neurons, graph has {tuple(block.shape[:2])}"
+        )
+    width = expected[2]
+    if bool((block[..., width:] != 0).any()):
+        raise GraphConversionError(f"layer {name!r}: edge features beyond its {width} weights are nonzero")
+    return conv.from_block(block[..., :width].contiguous(), weight).to(weight.dtype)
