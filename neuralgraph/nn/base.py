@@ -16,13 +16,20 @@ An architecture declares the permutation group it respects in ``symmetry``:
   and output neurons get their own positional embeddings.
 * ``"np"``: also permutations of input and output neurons (NFN's NP group); the encoder then
   only sees layer embeddings.
+
+Two options trade compute for memory on large graphs (one network of millions of weights):
+``Metanet(checkpoint=True)`` recomputes each layer in backward (:func:`recomputed`), and layers
+built with ``edge_chunk`` (GMN's, NG-GNN's, :class:`EdgeUpdate`) evaluate their per-edge maps over
+chunks of edges, each recomputed in backward, dense blocks cut into :class:`EdgeTiles`.
 """
 from __future__ import annotations
 
 import abc
+import itertools
 from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import torch
+import torch.utils.checkpoint
 from torch import Tensor, nn
 from torch_geometric.nn import MessagePassing
 
@@ -34,6 +41,21 @@ from neuralgraph.nn.encoder import MAX_LAYERS, MAX_NODE_TYPES, GraphEncoder
 from neuralgraph.nn.heads import InvariantReadout, WeightDecoder
 
 SYMMETRIES = ("hidden", "np")
+
+
+def check_edge_chunk(edge_chunk: Optional[int]) -> None:
+    """``edge_chunk`` is ``None`` (no chunks) or a positive number of edges."""
+    if edge_chunk is not None and (isinstance(edge_chunk, bool) or not isinstance(edge_chunk, int) or edge_chunk < 1):
+        raise ValueError(f"edge_chunk={edge_chunk!r}: expected a positive number of edges per chunk, or None")
+
+
+def recomputed(function: Callable, *args, **kwargs):
+    """``function(*args, **kwargs)`` keeping none of its intermediate tensors for backward, which runs it again
+    (``torch.utils.checkpoint``, non-reentrant: the RNG state and autocast of the first run are replayed, so
+    dropout draws the same masks); a plain call when autograd does not record."""
+    if not torch.is_grad_enabled():
+        return function(*args, **kwargs)
+    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, **kwargs)
 
 
 def check_heads(hidden_dim: int, num_heads: int) -> None:
@@ -103,6 +125,20 @@ class Metanet(nn.Module):
         max_node_types, probe_features, gradient_features, activation, w0, node_activations,
         skip_edges: options of :class:`~neuralgraph.nn.encoder.GraphEncoder`.
             ``positional`` defaults to ``"neuron"``, or ``"layer"`` for ``symmetry = "np"``.
+        checkpoint: recompute each layer of the stack in backward instead of keeping its
+            intermediate tensors (:func:`recomputed`, on the dense and the general path): what stays
+            between forward and backward is each layer's input, node and edge features
+            (``E x hidden_dim`` floats per layer, twice that with reverse edges), for one more
+            forward pass of every layer. Same outputs and gradients.
+        edge_chunk: evaluate the per-edge maps of each layer (edge update, messages) over chunks
+            of at most this many edge rows, each chunk recomputed in backward, so that the
+            ``[E, hidden_dim]`` intermediates of a layer (``[E, 3 hidden_dim]`` of the edge
+            MLP's inputs) never exist whole: on top of the layers' inputs, a layer holds one
+            chunk's intermediates and ``[N, hidden_dim]`` sums per chunk, for one more forward
+            pass of the per-edge maps (with ``checkpoint``, two). Taken by architectures whose
+            layers have chunked implementations (``gmn``, ``ng_gnn``); the others run their
+            layers whole. Same outputs and gradients up to float rounding (sums are taken chunk
+            by chunk); in training mode dropout draws its masks per chunk.
     """
 
     name: ClassVar[str] = ""  # set by register_metanet
@@ -133,8 +169,11 @@ class Metanet(nn.Module):
         w0: float = 30.0,
         node_activations: bool = False,
         skip_edges: bool = False,
+        checkpoint: bool = False,
+        edge_chunk: Optional[int] = None,
     ):
         super().__init__()
+        check_edge_chunk(edge_chunk)
         if self.symmetry not in SYMMETRIES:
             raise ValueError(f"{type(self).__name__}.symmetry={self.symmetry!r}: expected one of {SYMMETRIES}")
         if positional is None:
@@ -149,6 +188,8 @@ class Metanet(nn.Module):
         self.hidden_dim = hidden_dim
         self.num_layers = num_layers
         self.dropout = dropout
+        self.checkpoint = checkpoint
+        self.edge_chunk = edge_chunk
         self.max_layers = max_layers  # the layers the encoder embeds and the heads pool
         self.encoder = GraphEncoder(
             hidden_dim,
@@ -192,10 +233,14 @@ class Metanet(nn.Module):
             return self.dense_stack(node, edge, context)
         return self.general_stack(node, edge, context)
 
+    def run_layer(self, function: Callable, *args, **kwargs):
+        """A layer's ``forward`` or ``forward_dense`` on ``args``; with ``checkpoint``, recomputed in backward."""
+        return recomputed(function, *args, **kwargs) if self.checkpoint else function(*args, **kwargs)
+
     def general_stack(self, node: Tensor, edge: Tensor, context: GraphContext) -> tuple[Tensor, Tensor]:
         """The layers' ``forward`` on feature rows, one after the other; the rows of the graph's own edges out."""
         for layer in self.layers:
-            node, edge = layer(node, context.edge_index, edge, **layer.context_arguments(context))
+            node, edge = self.run_layer(layer, node, context.edge_index, edge, **layer.context_arguments(context))
         return node, edge[: context.num_edges]
 
     def dense_stack(self, node: Tensor, edge: Tensor, context: GraphContext) -> tuple[Tensor, Tensor]:
@@ -206,7 +251,7 @@ class Metanet(nn.Module):
         check_dense_rows(type(self).__name__, node, edge, widths, directions)
         nodes, edges = node_blocks(node, widths), edge_blocks(edge, widths, directions)
         for layer in self.layers:
-            nodes, edges = layer.forward_dense(nodes, edges)
+            nodes, edges = self.run_layer(layer.forward_dense, nodes, edges)
         if directions == 2:
             edges = [block[0] for block in edges]
         return block_rows(nodes), block_rows(edges)
@@ -246,7 +291,9 @@ class Metanet(nn.Module):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(hidden_dim={self.hidden_dim}, num_layers={self.num_layers}, "
-            f"dropout={self.dropout}, symmetry={self.symmetry!r}, positional={self.encoder.positional!r})"
+            f"dropout={self.dropout}, symmetry={self.symmetry!r}, positional={self.encoder.positional!r}"
+            + (", checkpoint=True" if self.checkpoint else "")
+            + ("" if self.edge_chunk is None else f", edge_chunk={self.edge_chunk}") + ")"
         )
 
 
@@ -286,6 +333,65 @@ def linear_add(x: Tensor, weight: Tensor, other: Tensor) -> Tensor:
     return torch.addmm(other.reshape(-1, other.shape[-1]), x.reshape(-1, x.shape[-1]), weight.t()).view(other.shape)
 
 
+class EdgeTiles:
+    """The dense edge blocks' ``[B, d_{l+1}, d_l]`` grid of edges (graphs, rows = targets, columns = sources)
+    cut into tiles of at most ``chunk`` edges: whole rows where they fit, then rows of several graphs.
+
+    :meth:`split` cuts a block into tiles with one ``split`` per axis, so that backward joins their
+    gradients with one concatenation per axis (narrowing a block per tile would allocate a
+    block-sized gradient per tile); :meth:`cat` joins tiles back; :meth:`place` puts a tile's
+    reduction over rows or columns into the ``[B, d_k, C]`` of its node layer.
+
+    Args:
+        grid: ``(B, d_{l+1}, d_l)``.
+        chunk: the most edges of a tile (at least one edge).
+        dim: the axis of ``B`` in the blocks (1 for the ``[2, B, ...]`` blocks with reverse edges).
+    """
+
+    def __init__(self, grid: Sequence[int], chunk: int, dim: int = 0):
+        graphs, rows, columns = self.grid = tuple(int(n) for n in grid)
+        tile_columns = min(columns, chunk)
+        tile_rows = min(rows, max(1, chunk // tile_columns))
+        tile_graphs = min(graphs, max(1, chunk // (tile_rows * tile_columns)))
+        self.sizes = (tile_graphs, tile_rows, tile_columns)
+        self.counts = tuple(-(-n // size) for n, size in zip(self.grid, self.sizes))
+        self.dim = dim
+
+    def slices(self) -> list[tuple[slice, slice, slice]]:
+        """``(graphs, rows, columns)`` of every tile, in the order of :meth:`split`."""
+        return [tuple(slice(i * size, min((i + 1) * size, n)) for i, size, n in zip(index, self.sizes, self.grid))
+                for index in itertools.product(*(range(count) for count in self.counts))]
+
+    def split(self, block: Tensor) -> list[Tensor]:
+        """The tiles of ``block`` (views)."""
+        d = self.dim
+        return [tile for graphs in block.split(self.sizes[0], d) for rows in graphs.split(self.sizes[1], d + 1)
+                for tile in rows.split(self.sizes[2], d + 2)]
+
+    def cat(self, tiles: Sequence[Tensor]) -> Tensor:
+        """The block of :meth:`split`'s tiles (one copy)."""
+        def join(parts: Sequence[Tensor], axis: int) -> Tensor:
+            return parts[0] if len(parts) == 1 else torch.cat(list(parts), axis)
+
+        _, rows, columns = self.counts
+        by_row = [join(tiles[i:i + columns], self.dim + 2) for i in range(0, len(tiles), columns)]
+        by_graph = [join(by_row[i:i + rows], self.dim + 1) for i in range(0, len(by_row), rows)]
+        return join(by_graph, self.dim)
+
+    def place(self, part: Tensor, graphs: slice, positions: slice, axis: int, fill: float = 0.0) -> Tensor:
+        """``part`` ``[g, n, C]`` of the tile's ``graphs`` and ``positions`` along grid ``axis`` (1: rows, the targets;
+        2: columns, the sources) within ``[B, d, C]``, ``fill`` elsewhere."""
+        size, graph_count = self.grid[axis], self.grid[0]
+        return nn.functional.pad(part, (0, 0, positions.start, size - positions.stop, graphs.start,
+                                        graph_count - graphs.stop), value=fill)
+
+
+def tile_terms(terms: Sequence[Tensor], l: int, graphs: slice, rows: slice, columns: slice) -> tuple[Tensor, Tensor]:
+    """The per-node terms of the sources and targets of a tile of edge layer ``l`` (from ``terms[k]`` ``[B, d_k, C]``),
+    as node layers 0 and 1 of :func:`endpoint_sums`."""
+    return terms[l][graphs, columns], terms[l + 1][graphs, rows]
+
+
 class EdgeUpdate(MessagePassing):
     r"""Edge update from the edge and both endpoints (and, optionally, the opposite edge).
 
@@ -297,12 +403,15 @@ class EdgeUpdate(MessagePassing):
     computed as a sum of per-part maps so that node terms are projected once per node, not
     once per edge. ``forward`` is a PyG ``edge_updater``; ``forward_dense`` broadcasts the endpoint
     terms over the ``[B, d_{l+1}, d_l, d]`` edge blocks instead of gathering them, and the opposite
-    of a forward edge is the reverse edge at the same place.
+    of a forward edge is the reverse edge at the same place. With ``edge_chunk`` both run over
+    chunks of edge rows (dense: :class:`EdgeTiles`), each recomputed in backward (:func:`recomputed`).
 
     Args:
         hidden_dim (int): width ``d`` of node and edge features.
         dropout (float, optional): dropout probability on the update. (default: ``0.0``)
         with_reverse (bool, optional): read the opposite edge :math:`e_{ji}`. (default: ``False``)
+        edge_chunk (int, optional): the most edge rows updated at once (a dense tile with reverse
+            edges holds each edge with its reverse). (default: ``None``, all)
 
     Shapes:
         ``forward``: ``x`` ``[N, d]``, ``edge_index`` ``[2, E]``, ``edge_attr`` ``[E, d]``, ``reverse``
@@ -310,9 +419,12 @@ class EdgeUpdate(MessagePassing):
         ``[B, d_{l+1}, d_l, d]`` (``[2, B, d_{l+1}, d_l, d]`` with reverse) -> ``edges`` alike.
     """
 
-    def __init__(self, hidden_dim: int, dropout: float = 0.0, with_reverse: bool = False):
+    def __init__(self, hidden_dim: int, dropout: float = 0.0, with_reverse: bool = False,
+                 edge_chunk: Optional[int] = None):
         super().__init__(aggr=None)
+        check_edge_chunk(edge_chunk)
         self.with_reverse = with_reverse
+        self.edge_chunk = edge_chunk
         self.edge_lin = nn.Linear(hidden_dim, hidden_dim)
         self.source_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
         self.target_lin = nn.Linear(hidden_dim, hidden_dim, bias=False)
@@ -332,8 +444,19 @@ class EdgeUpdate(MessagePassing):
         if self.with_reverse != (reverse is not None):
             raise ValueError(f"EdgeUpdate(with_reverse={self.with_reverse}) needs reverse {'' if self.with_reverse else 'not '}given")
         opposite = None if reverse is None else self.reverse_lin(edge_attr)[reverse]
-        return self.edge_updater(edge_index, x=(self.source_lin(x), self.target_lin(x)), edge_attr=edge_attr,
-                                 opposite=opposite)
+        source, target = self.source_lin(x), self.target_lin(x)
+        if self.edge_chunk is None:
+            return self.update(source, target, edge_index, edge_attr, opposite)
+        chunks = zip(edge_index.split(self.edge_chunk, dim=1), edge_attr.split(self.edge_chunk),
+                     itertools.repeat(None) if opposite is None else opposite.split(self.edge_chunk))
+        return torch.cat([recomputed(self.update, source, target, index, edge, opposite_rows)
+                          for index, edge, opposite_rows in chunks])
+
+    def update(self, source: Tensor, target: Tensor, edge_index: Tensor, edge_attr: Tensor,
+               opposite: Optional[Tensor] = None) -> Tensor:
+        """The update of the edges ``edge_index`` from the projected nodes ``W_s x`` (``source``), ``W_t x``
+        (``target``) and, with reverse, their opposites' ``W_r e_ji`` (``opposite``)."""
+        return self.edge_updater(edge_index, x=(source, target), edge_attr=edge_attr, opposite=opposite)
 
     def edge_update(self, x_j: Tensor, x_i: Tensor, edge_attr: Tensor, opposite: Optional[Tensor]) -> Tensor:
         hidden = self.edge_lin(edge_attr) + x_j + x_i
@@ -341,17 +464,38 @@ class EdgeUpdate(MessagePassing):
             hidden = hidden + opposite
         return self.residual(edge_attr, self.out_lin(nn.functional.silu(hidden)))
 
+    def endpoint_terms(self, nodes: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
+        """Per node layer ``W_s x + b_e`` and ``W_t x`` ``[B, d_k, d]``, which :func:`endpoint_sums` broadcasts."""
+        x, widths = node_rows(nodes)
+        return (list((self.source_lin(x) + self.edge_lin.bias).split(widths, dim=1)),
+                list(self.target_lin(x).split(widths, dim=1)))
+
+    def block_update(self, edge: Tensor, ends: Tensor) -> Tensor:
+        """The update of a block or tile of edges ``[(2,) b, r, c, d]`` whose :meth:`endpoint_terms` sum to ``ends``
+        (same shape)."""
+        hidden = linear_add(edge, self.edge_lin.weight, ends)
+        if self.with_reverse:
+            hidden = hidden + self.reverse_lin(edge).flip(0)
+        return self.residual(edge, self.out_lin(nn.functional.silu(hidden)))
+
+    def tile_update(self, edge: Tensor, source_in: Tensor, source_out: Tensor, target_in: Tensor,
+                    target_out: Tensor) -> Tensor:
+        """:meth:`block_update` of one tile from its sources' and targets' terms (:func:`tile_terms`)."""
+        return self.block_update(edge, endpoint_sums((source_in, source_out), (target_in, target_out), 0,
+                                                     self.with_reverse))
+
     def forward_dense(self, nodes: Sequence[Tensor], edges: Sequence[Tensor]) -> list[Tensor]:
         """The update of every edge block: ``W_s x_j + W_t x_i`` broadcast, not gathered."""
-        x, widths = node_rows(nodes)
-        source = (self.source_lin(x) + self.edge_lin.bias).split(widths, dim=1)
-        target = self.target_lin(x).split(widths, dim=1)
-        updated = []
+        source, target = self.endpoint_terms(nodes)
+        if self.edge_chunk is None:
+            return [self.block_update(edge, endpoint_sums(source, target, l, self.with_reverse))
+                    for l, edge in enumerate(edges)]
+        updated, dim = [], 1 if self.with_reverse else 0
         for l, edge in enumerate(edges):
-            hidden = linear_add(edge, self.edge_lin.weight, endpoint_sums(source, target, l, self.with_reverse))
-            if self.with_reverse:
-                hidden = hidden + self.reverse_lin(edge).flip(0)
-            updated.append(self.residual(edge, self.out_lin(nn.functional.silu(hidden))))
+            tiles = EdgeTiles(edge.shape[dim:dim + 3], max(1, self.edge_chunk // (dim + 1)), dim)
+            updated.append(tiles.cat([
+                recomputed(self.tile_update, tile, *tile_terms(source, l, *where), *tile_terms(target, l, *where))
+                for where, tile in zip(tiles.slices(), tiles.split(edge))]))
         return updated
 
 

@@ -1,0 +1,134 @@
+"""``checkpoint`` and ``edge_chunk`` change what a metanetwork keeps for backward, never what it computes.
+
+float64, small graphs: MLP batches (dense blocks, and forced onto the general path), a conv graph,
+a residual network's graph with skip edges (general path only). Outputs and every parameter's
+gradient with the options equal those without at ``1e-10``; ``edge_chunk=7`` cuts every graph here
+into many chunks, tiles of part of a row and of several rows, and ``20`` into tiles of several graphs.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch_geometric.data import Batch
+
+from neuralgraph.graph import mlp_to_graph, module_to_graph
+from neuralgraph.nn import METANETS, build_metanet
+from neuralgraph.nn.base import EdgeTiles, EdgeUpdate
+from neuralgraph.nn.gmn import GMNLayer
+
+TOLERANCE = 1e-10
+CHUNKED = ("gmn", "ng_gnn")
+OPTIONS = [{"checkpoint": True}, {"edge_chunk": 7}, {"checkpoint": True, "edge_chunk": 7}, {"edge_chunk": 20}]
+
+
+def mlp_batch(layout, batch_size, seed):
+    generator = torch.Generator().manual_seed(seed)
+    weights = [torch.randn(batch_size, o, i, generator=generator, dtype=torch.float64) for i, o in zip(layout, layout[1:])]
+    biases = [torch.randn(batch_size, o, generator=generator, dtype=torch.float64) for o in layout[1:]]
+    return mlp_to_graph(weights, biases)
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(2, 4), nn.Linear(4, 4), nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        return self.c(h + torch.relu(self.b(h)))
+
+
+def conv_graph():
+    torch.manual_seed(3)
+    cnn = nn.Sequential(nn.Conv2d(2, 3, 3), nn.ReLU(), nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                        nn.Flatten(), nn.Linear(4, 3)).double()
+    return Batch.from_data_list([module_to_graph(cnn)] * 2)
+
+
+def skip_graph():
+    torch.manual_seed(4)
+    return Batch.from_data_list([module_to_graph(Residual().double()) for _ in range(2)])
+
+
+GRAPHS = {
+    "mlp": (lambda: mlp_batch((2, 5, 4, 3), 3, 0), {}, None),
+    "mlp_general": (lambda: mlp_batch((3, 6, 2, 1), 2, 1), {}, False),
+    "conv": (conv_graph, {"edge_features": 9}, None),
+    "skip": (skip_graph, {"skip_edges": True}, None),
+}
+
+
+def outputs_and_gradients(name, graph, encoder_options, dense, options):
+    torch.manual_seed(0)
+    metanet = build_metanet(name, hidden_dim=8, num_layers=2, **encoder_options, **options).double()
+    metanet.encoder.dense = dense
+    node, edge = metanet(graph)
+    generator = torch.Generator().manual_seed(5)
+    loss = ((node * torch.randn(node.shape, generator=generator, dtype=node.dtype)).sum()
+            + (edge * torch.randn(edge.shape, generator=generator, dtype=edge.dtype)).square().sum())
+    loss.backward()
+    return node, edge, {key: parameter.grad for key, parameter in metanet.named_parameters()}
+
+
+@pytest.mark.parametrize("graph_name", sorted(GRAPHS))
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda options: "-".join(f"{k}={v}" for k, v in options.items()))
+@pytest.mark.parametrize("name", CHUNKED)
+def test_options_give_the_same_outputs_and_gradients(name, options, graph_name):
+    build, encoder_options, dense = GRAPHS[graph_name]
+    graph = build()
+    node, edge, gradients = outputs_and_gradients(name, graph, encoder_options, dense, {})
+    node_with, edge_with, gradients_with = outputs_and_gradients(name, graph, encoder_options, dense, options)
+    torch.testing.assert_close(node_with, node, rtol=0, atol=TOLERANCE)
+    torch.testing.assert_close(edge_with, edge, rtol=0, atol=TOLERANCE)
+    assert gradients_with.keys() == gradients.keys()
+    for key, gradient in gradients.items():
+        assert gradient is not None and gradient.abs().sum() > 0, f"{name}: {key} got no gradient"
+        torch.testing.assert_close(gradients_with[key], gradient, rtol=0, atol=TOLERANCE, msg=f"{name}: {key}")
+
+
+@pytest.mark.parametrize("name", sorted(METANETS))
+def test_every_architecture_takes_both_options(name):
+    graph = mlp_batch((2, 5, 4, 1), 2, 2)
+    node, edge, gradients = outputs_and_gradients(name, graph, {"max_layers": 3}, None, {})
+    node_with, edge_with, gradients_with = outputs_and_gradients(name, graph, {"max_layers": 3}, None,
+                                                                 {"checkpoint": True, "edge_chunk": 7})
+    torch.testing.assert_close((node_with, edge_with), (node, edge), rtol=0, atol=TOLERANCE)
+    for key, gradient in gradients.items():
+        torch.testing.assert_close(gradients_with[key], gradient, rtol=0, atol=TOLERANCE, msg=f"{name}: {key}")
+
+
+@pytest.mark.parametrize("name", CHUNKED)
+def test_checkpoint_replays_dropout(name):
+    """Recomputed layers draw the dropout masks of the first run: training mode, dropout 0.5, same gradients."""
+    graph = mlp_batch((2, 5, 4, 1), 2, 3)
+    results = []
+    for checkpoint in (False, True):
+        torch.manual_seed(0)
+        metanet = build_metanet(name, hidden_dim=8, num_layers=2, dropout=0.5, checkpoint=checkpoint).double().train()
+        node, edge = metanet(graph)
+        (node.square().sum() + edge.square().sum()).backward()
+        results.append([node, edge] + [parameter.grad for parameter in metanet.parameters()])
+    torch.testing.assert_close(results[1], results[0], rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("edge_chunk", [0, -3, 2.5, True])
+def test_an_invalid_edge_chunk_is_named(edge_chunk):
+    for build in (lambda: build_metanet("gmn", edge_chunk=edge_chunk), lambda: build_metanet("dws", edge_chunk=edge_chunk),
+                  lambda: GMNLayer(8, edge_chunk=edge_chunk), lambda: EdgeUpdate(8, edge_chunk=edge_chunk)):
+        with pytest.raises(ValueError, match=rf"^edge_chunk={edge_chunk!r}: expected a positive number") as error:
+            build()
+        assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("grid,chunk", [((3, 5, 4), 7), ((3, 5, 4), 1), ((3, 5, 4), 13), ((3, 5, 4), 100), ((1, 2, 9), 4)])
+def test_tiles_cover_the_grid_once_within_the_chunk(grid, chunk):
+    tiles = EdgeTiles(grid, chunk)
+    block = torch.arange(grid[0] * grid[1] * grid[2], dtype=torch.float64).view(*grid, 1)
+    covered = torch.zeros(grid)
+    for (graphs, rows, columns), tile in zip(tiles.slices(), tiles.split(block)):
+        assert tile.numel() <= chunk
+        assert torch.equal(tile, block[graphs, rows, columns])
+        covered[graphs, rows, columns] += 1
+    assert bool((covered == 1).all())
+    assert torch.equal(tiles.cat(tiles.split(block)), block)
