@@ -135,7 +135,9 @@ def run_case(model: str, input_name: str, option: str, one_step_s: float, max_st
     """One case in this process: the graph, the metanet and readout, then forward+backward steps."""
     graph = input_graph(input_name)
     spec = GraphSpec.of(graph)
-    metanet = build_metanet(model, spec=spec, hidden_dim=HIDDEN_DIM, num_layers=NUM_LAYERS, **OPTIONS[option])
+    # one node_type per output neuron: ResNet-18's 1000 classes need more than the default 128 embeddings
+    metanet = build_metanet(model, spec=spec, hidden_dim=HIDDEN_DIM, num_layers=NUM_LAYERS,
+                            max_node_types=max(128, int(graph.node_type.max()) + 1), **OPTIONS[option])
     readout = metanet.readout(10)
     parameters = list(metanet.parameters()) + list(readout.parameters())
     context = metanet.context(graph)
