@@ -6,7 +6,8 @@ of layout (2, 1024, 2048, 3), (2, 2048, 4096, 3) or (2, 4096, 4096, 3) (random w
 below: 7x7 stem with BatchNorm, basic blocks [2, 2, 2, 2], 1000 classes, eval mode,
 ``module_to_graph`` at 224x224: the general path, skip and shortcut edges, every edge padded to
 the stem's 49 kernel features), with the memory options of ``Metanet``: none, ``checkpoint``,
-``edge_chunk``, both, and both under bfloat16 autocast. The loss is the squared output of an
+``edge_chunk``, both, both under bfloat16 autocast, and ``edge_chunk`` with the edge states kept in
+bfloat16 between layers (``edge_dtype``, float32 arithmetic). The loss is the squared output of an
 ``InvariantReadout`` (pooled node and edge features), so no per-edge output is kept for backward.
 
 Each case runs in a fresh child process limited to ``--limit-gib`` of address space
@@ -54,6 +55,7 @@ OPTIONS = {
     "edge_chunk": {"edge_chunk": EDGE_CHUNK},
     "checkpoint+edge_chunk": {"checkpoint": True, "edge_chunk": EDGE_CHUNK},
     "checkpoint+edge_chunk+bf16": {"checkpoint": True, "edge_chunk": EDGE_CHUNK},
+    "edge_chunk+bf16_edges": {"edge_chunk": EDGE_CHUNK, "edge_dtype": torch.bfloat16},
 }
 MODELS = ("gmn", "ng_gnn")
 # What the anchors report as their limit at batch 1 (neural-graphs' rebuttal): the largest SIREN each ran.
@@ -62,7 +64,8 @@ ANCHORS = {"siren1024": "NG-GNN and NFN: their limit", "siren2048": "DWS: its li
 ANCHOR_LIMITS = (("NG-T", (2, 512, 1024, 3)), ("NG-GNN", (2, 1024, 2048, 3)), ("NFN", (2, 1024, 2048, 3)),
                  ("DWS", (2, 2048, 4096, 3)))
 OUT_OF_MEMORY = ("can't allocate memory", "MemoryError", "out of memory", "std::bad_alloc")
-# The option that keeps the least: an input it cannot run within the limit, the others cannot either.
+# The float32 option that keeps the least: an input it cannot run within the limit, the other float32 options cannot
+# either (the bf16 ones keep less and are run).
 LEANEST = "edge_chunk"
 
 
@@ -192,7 +195,7 @@ def implied_out_of_memory(runs: list[dict], model: str, input_name: str, option:
         for smaller in list(SIRENS)[:list(SIRENS).index(input_name)]:
             if (model, smaller, option) in failed:
                 return f"out of memory (as at {smaller})"
-    if option != LEANEST and not option.endswith("bf16") and (model, input_name, LEANEST) in failed:
+    if option != LEANEST and "bf16" not in option and (model, input_name, LEANEST) in failed:
         return f"out of memory (as {LEANEST})"
     return None
 
@@ -210,12 +213,13 @@ def summarize(runs: list[dict], machine: str) -> str:
     by_case = {(r["model"], r["input"], r["option"]): r for r in runs}
     edges = {r["input"]: r["edges"] for r in runs if r["status"] == "ok"}
     lines = [f"# Graph size: one network at batch 1 ({machine})", "",
-             f"CPU: {cpu_description()}; torch {torch.__version__}. Hidden {HIDDEN_DIM}, {NUM_LAYERS} layers, "
+             f"Each row's CPU in its last column (this file written on {cpu_description()}); torch "
+             f"{torch.__version__}. Hidden {HIDDEN_DIM}, {NUM_LAYERS} layers, "
              f"forward+backward of a readout's squared output; `edge_chunk` = {EDGE_CHUNK:,} edge rows. Peak RSS: "
              "the whole child process after its first step; before: after building graph and model. "
              "Written by `benchmarks/graph_size.py`.", "",
              "| model | input | edges | anchor at this size | option | peak RSS (GiB) | before step (GiB) | s/step "
-             "| steps |", "|---|---|---|---|---|---|---|---|---|"]
+             "| steps | CPU |", "|---|---|---|---|---|---|---|---|---|---|"]
     for model in MODELS:
         for input_name in INPUTS:
             for option in OPTIONS:
@@ -229,7 +233,7 @@ def summarize(runs: list[dict], machine: str) -> str:
                 before = "" if run is None or run["status"] != "ok" else f"{run['rss_before_gib']:.1f}"
                 lines.append(f"| {model} | {input_name} | {size} | {ANCHORS[input_name]} | {option} | {memory} | "
                              f"{before} | {'' if run is None or run['status'] != 'ok' else cell(run, 'seconds_per_step')}"
-                             f" | {steps} |")
+                             f" | {steps} | {'' if run is None else run['cpu']} |")
     lines += ["", "\"out of memory (as ...)\": not run, since a smaller SIREN with that option, or this input with "
               f"`{LEANEST}` (which keeps the least), ran out of memory.",
               "", "Anchors' limits at batch 1 (neural-graphs' rebuttal): "

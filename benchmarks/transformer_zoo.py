@@ -162,8 +162,9 @@ def summarize(runs: list[dict], systems: list[str], protocol_name: str, machine:
              "system at the width whose model (metanetwork + readout) is nearest GMN's at hidden 64 on the zoo's "
              "graphs, within 5%"
              + (f"; this protocol overrides {protocol['metanet_config']}" if "metanet_config" in protocol else "")
-             + f". CPU: {cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.", "",
-             "| system | Kendall tau | R^2 | parameters | hidden_dim | epochs | wall time per run (min) | threads |",
+             + f". Each row's CPU (its runs') and threads beside its wall time; this file written on "
+             f"{cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.", "",
+             "| system | Kendall tau | R^2 | parameters | hidden_dim | epochs | wall time per run (min) | CPU, threads |",
              "|---|---|---|---|---|---|---|---|"]
     for system in systems:
         rs = [r for r in runs if r["arch"] == system]
@@ -173,7 +174,8 @@ def summarize(runs: list[dict], systems: list[str], protocol_name: str, machine:
         resumed = " (resumed)" if any(r["resumed"] for r in rs) else ""
         lines.append(f"| {system} | {cell([r['kendall_tau'] for r in rs])} | {cell([r['r2'] for r in rs])} "
                      f"| {rs[0]['parameters']:,} | {rs[0]['hidden_dim']} | {rs[0]['epochs']} "
-                     f"| {sum(r['wall_s'] for r in rs) / len(rs) / 60:.1f}{resumed} | {rs[0]['threads']} |")
+                     f"| {sum(r['wall_s'] for r in rs) / len(rs) / 60:.1f}{resumed} "
+                     f"| {' / '.join(sorted({r['cpu'] for r in rs}))}, {rs[0]['threads']} |")
     if missing:
         lines += ["", f"Not run yet ({len(missing)} of the protocol's runs): "
                   + ", ".join(f"{system} seed {seed}" for system, seed in missing) + "."]

@@ -4,6 +4,7 @@ float64, small graphs: MLP batches (dense blocks, and forced onto the general pa
 a residual network's graph with skip edges (general path only). Outputs and every parameter's
 gradient with the options equal those without at ``1e-10``; ``edge_chunk=7`` cuts every graph here
 into many chunks, tiles of part of a row and of several rows, and ``20`` into tiles of several graphs.
+``edge_dtype`` is the one option that changes values: by its rounding of the kept edge states.
 """
 from __future__ import annotations
 
@@ -110,6 +111,57 @@ def test_checkpoint_replays_dropout(name):
         (node.square().sum() + edge.square().sum()).backward()
         results.append([node, edge] + [parameter.grad for parameter in metanet.parameters()])
     torch.testing.assert_close(results[1], results[0], rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("graph_name", sorted(GRAPHS))
+@pytest.mark.parametrize("name", CHUNKED)
+def test_edge_dtype_rounds_only_the_kept_edge_states(name, graph_name):
+    """A float64 model keeping its edge states in float32: outputs and gradients move by float32 rounding (a few
+    eps of the O(1) normalised features, relative for gradients), not more and not less; the edges come out float64."""
+    build, encoder_options, dense = GRAPHS[graph_name]
+    graph = build()
+    node, edge, gradients = outputs_and_gradients(name, graph, encoder_options, dense, {})
+    node_with, edge_with, gradients_with = outputs_and_gradients(
+        name, graph, encoder_options, dense, {"edge_chunk": 7, "edge_dtype": torch.float32})
+    assert edge_with.dtype == torch.float64
+    bound = 16 * torch.finfo(torch.float32).eps
+    errors = [(node_with - node).abs().max() / node.abs().max(), (edge_with - edge).abs().max() / edge.abs().max()]
+    errors += [(gradients_with[key] - gradient).abs().max() / gradient.abs().max() for key, gradient in gradients.items()]
+    worst = float(max(errors))
+    assert 0 < worst < bound, f"{name}: relative change {worst:.2e} (float32 rounding: below {bound:.2e}, above 0)"
+
+
+@pytest.mark.parametrize("name", CHUNKED)
+def test_bfloat16_edge_states_train_a_float32_model(name):
+    graph = mlp_batch((2, 5, 4, 3), 2, 6)
+    graph.x, graph.edge_attr = graph.x.float(), graph.edge_attr.float()
+    results = []
+    for options in ({}, {"edge_chunk": 7, "edge_dtype": torch.bfloat16}):
+        torch.manual_seed(0)
+        metanet = build_metanet(name, hidden_dim=8, num_layers=2, **options)
+        node, edge = metanet(graph)
+        (node.square().sum() + edge.square().sum()).backward()
+        results.append((node, edge, [parameter.grad for parameter in metanet.parameters()]))
+    (node, edge, gradients), (node_with, edge_with, gradients_with) = results
+    assert edge_with.dtype == torch.float32
+    bound = 16 * torch.finfo(torch.bfloat16).eps
+    torch.testing.assert_close(node_with, node, rtol=0, atol=bound * float(node.abs().max()))
+    torch.testing.assert_close(edge_with, edge, rtol=0, atol=bound * float(edge.abs().max()))
+    scale = max(float(gradient.abs().max()) for gradient in gradients)  # some are near zero: the error is on this scale
+    for gradient, gradient_with in zip(gradients, gradients_with):
+        torch.testing.assert_close(gradient_with, gradient, rtol=0, atol=bound * scale)
+
+
+@pytest.mark.parametrize("name,options,named", [
+    ("gmn", {"edge_dtype": torch.bfloat16}, "given: None"),
+    ("nft", {"edge_dtype": torch.bfloat16, "edge_chunk": 7}, "this is NFT"),
+    ("gmn", {"edge_dtype": torch.int8, "edge_chunk": 7}, "torch.int8"),
+    ("ng_gnn", {"edge_dtype": "bfloat16", "edge_chunk": 7}, "'bfloat16'"),
+])
+def test_an_invalid_edge_dtype_is_named(name, options, named):
+    with pytest.raises(ValueError, match=r"^edge_dtype=.*expected a floating torch.dtype, with edge_chunk") as error:
+        build_metanet(name, **options)
+    assert named in str(error.value) and "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize("edge_chunk", [0, -3, 2.5, True])

@@ -139,6 +139,12 @@ class Metanet(nn.Module):
             layers have chunked implementations (``gmn``, ``ng_gnn``); the others run their
             layers whole. Same outputs and gradients up to float rounding (sums are taken chunk
             by chunk); in training mode dropout draws its masks per chunk.
+        edge_dtype: with ``edge_chunk``, the dtype the edge features are kept in between layers
+            (e.g. ``torch.bfloat16``): each chunk is cast to the model's dtype to be computed and
+            its new features back, so the edge states kept for backward, and their gradients, take
+            ``edge_dtype``'s bytes; node features and every computation keep the model's dtype.
+            Outputs and gradients then differ by ``edge_dtype``'s rounding of the edge states.
+            (default: ``None``, the model's dtype)
     """
 
     name: ClassVar[str] = ""  # set by register_metanet
@@ -148,6 +154,8 @@ class Metanet(nn.Module):
     uses_layer_index: ClassVar[bool] = False
     # Scaling group ("sign"/"scale", neuralgraph.graph.scaling) the architecture is also equivariant to, if any.
     scaling: ClassVar[Optional[str]] = None
+    # Layers with chunked implementations, which edge_chunk and edge_dtype apply to.
+    chunked: ClassVar[bool] = False
     # Constructor argument that hidden_dim must be a multiple of (e.g. "num_heads"), if any.
     hidden_dim_multiple_of: ClassVar[Optional[str]] = None
 
@@ -171,9 +179,15 @@ class Metanet(nn.Module):
         skip_edges: bool = False,
         checkpoint: bool = False,
         edge_chunk: Optional[int] = None,
+        edge_dtype: Optional[torch.dtype] = None,
     ):
         super().__init__()
         check_edge_chunk(edge_chunk)
+        if edge_dtype is not None and (not self.chunked or edge_chunk is None or not isinstance(edge_dtype, torch.dtype)
+                                       or not edge_dtype.is_floating_point):
+            raise ValueError(f"edge_dtype={edge_dtype!r}: expected a floating torch.dtype, with edge_chunk (given: "
+                             f"{edge_chunk!r}), on an architecture with chunked layers (gmn, ng_gnn; this is "
+                             f"{type(self).__name__})")
         if self.symmetry not in SYMMETRIES:
             raise ValueError(f"{type(self).__name__}.symmetry={self.symmetry!r}: expected one of {SYMMETRIES}")
         if positional is None:
@@ -190,6 +204,7 @@ class Metanet(nn.Module):
         self.dropout = dropout
         self.checkpoint = checkpoint
         self.edge_chunk = edge_chunk
+        self.edge_dtype = edge_dtype
         self.max_layers = max_layers  # the layers the encoder embeds and the heads pool
         self.encoder = GraphEncoder(
             hidden_dim,
@@ -229,6 +244,13 @@ class Metanet(nn.Module):
         :meth:`general_stack`. ``context``: :meth:`context`, built here when not given.
         """
         node, edge, context = self.encoder(graph, context)
+        if self.edge_dtype is None or not self.layers:
+            return self.stack(node, edge, context)
+        node, edge = self.stack(node, edge.to(self.edge_dtype), context)
+        return node, edge.to(node.dtype)
+
+    def stack(self, node: Tensor, edge: Tensor, context: GraphContext) -> tuple[Tensor, Tensor]:
+        """The layers on the encoded features, on the dense or the general path (:meth:`forward`)."""
         if context.widths is not None and self.layers and all(layer.forward_dense is not None for layer in self.layers):
             return self.dense_stack(node, edge, context)
         return self.general_stack(node, edge, context)
@@ -293,7 +315,8 @@ class Metanet(nn.Module):
             f"{type(self).__name__}(hidden_dim={self.hidden_dim}, num_layers={self.num_layers}, "
             f"dropout={self.dropout}, symmetry={self.symmetry!r}, positional={self.encoder.positional!r}"
             + (", checkpoint=True" if self.checkpoint else "")
-            + ("" if self.edge_chunk is None else f", edge_chunk={self.edge_chunk}") + ")"
+            + ("" if self.edge_chunk is None else f", edge_chunk={self.edge_chunk}")
+            + ("" if self.edge_dtype is None else f", edge_dtype={self.edge_dtype}") + ")"
         )
 
 
@@ -443,14 +466,21 @@ class EdgeUpdate(MessagePassing):
         """``reverse[k]`` is the index of edge ``k``'s opposite (needed iff ``with_reverse``)."""
         if self.with_reverse != (reverse is not None):
             raise ValueError(f"EdgeUpdate(with_reverse={self.with_reverse}) needs reverse {'' if self.with_reverse else 'not '}given")
-        opposite = None if reverse is None else self.reverse_lin(edge_attr)[reverse]
         source, target = self.source_lin(x), self.target_lin(x)
         if self.edge_chunk is None:
+            opposite = None if reverse is None else self.reverse_lin(edge_attr)[reverse]
             return self.update(source, target, edge_index, edge_attr, opposite)
         chunks = zip(edge_index.split(self.edge_chunk, dim=1), edge_attr.split(self.edge_chunk),
-                     itertools.repeat(None) if opposite is None else opposite.split(self.edge_chunk))
-        return torch.cat([recomputed(self.update, source, target, index, edge, opposite_rows)
-                          for index, edge, opposite_rows in chunks])
+                     itertools.repeat(None) if reverse is None else reverse.split(self.edge_chunk))
+        return torch.cat([recomputed(self.chunk_update, source, target, index, edge, edge_attr, opposites)
+                          for index, edge, opposites in chunks])
+
+    def chunk_update(self, source: Tensor, target: Tensor, edge_index: Tensor, edge_attr: Tensor, every_edge: Tensor,
+                     opposites: Optional[Tensor]) -> Tensor:
+        """:meth:`update` of a chunk of edges, computed in the nodes' dtype and returned in the edges' own
+        (``Metanet``'s ``edge_dtype``); the opposite edges ``opposites`` are rows of ``every_edge``."""
+        opposite = None if opposites is None else self.reverse_lin(every_edge[opposites].to(source.dtype))
+        return self.update(source, target, edge_index, edge_attr.to(source.dtype), opposite).to(edge_attr.dtype)
 
     def update(self, source: Tensor, target: Tensor, edge_index: Tensor, edge_attr: Tensor,
                opposite: Optional[Tensor] = None) -> Tensor:
@@ -480,9 +510,10 @@ class EdgeUpdate(MessagePassing):
 
     def tile_update(self, edge: Tensor, source_in: Tensor, source_out: Tensor, target_in: Tensor,
                     target_out: Tensor) -> Tensor:
-        """:meth:`block_update` of one tile from its sources' and targets' terms (:func:`tile_terms`)."""
-        return self.block_update(edge, endpoint_sums((source_in, source_out), (target_in, target_out), 0,
-                                                     self.with_reverse))
+        """:meth:`block_update` of one tile from its sources' and targets' terms (:func:`tile_terms`), computed in
+        their dtype and returned in the tile's own (``Metanet``'s ``edge_dtype``)."""
+        ends = endpoint_sums((source_in, source_out), (target_in, target_out), 0, self.with_reverse)
+        return self.block_update(edge.to(ends.dtype), ends).to(edge.dtype)
 
     def forward_dense(self, nodes: Sequence[Tensor], edges: Sequence[Tensor]) -> list[Tensor]:
         """The update of every edge block: ``W_s x_j + W_t x_i`` broadcast, not gathered."""

@@ -93,12 +93,13 @@ class GMNLayer(MessagePassing, MetanetLayer):
     def chunk(self, edge_index: Tensor, edge_attr: Tensor, source: Tensor, target: Tensor, senders: Tensor,
               receivers: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """New features of the edges ``edge_index`` and the sums of their forward and backward messages per node
-        ``[N, d]``, from the nodes' terms (``W_s x``, ``W_t x`` of the edge update, ``W_f x``, ``W_b x``)."""
-        edge_attr = self.edge_mlp.update(source, target, edge_index, edge_attr)
+        ``[N, d]``, from the nodes' terms (``W_s x``, ``W_t x`` of the edge update, ``W_f x``, ``W_b x``); computed in
+        the nodes' dtype, the new features returned in the edges' own (``Metanet``'s ``edge_dtype``)."""
+        updated = self.edge_mlp.update(source, target, edge_index, edge_attr.to(source.dtype))
         sources, targets = edge_index
-        forward = scatter(self.message(senders[sources], self.forward_edge(edge_attr)), targets, 0, len(senders))
-        backward = scatter(self.message(receivers[targets], self.backward_edge(edge_attr)), sources, 0, len(senders))
-        return edge_attr, forward, backward
+        forward = scatter(self.message(senders[sources], self.forward_edge(updated)), targets, 0, len(senders))
+        backward = scatter(self.message(receivers[targets], self.backward_edge(updated)), sources, 0, len(senders))
+        return updated.to(edge_attr.dtype), forward, backward
 
     def message(self, x_j: Tensor, edge: Tensor) -> Tensor:
         return nn.functional.silu(x_j + edge)
@@ -154,11 +155,11 @@ class GMNLayer(MessagePassing, MetanetLayer):
              senders: Tensor, receivers: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """New features of a tile ``[b, r, c, d]`` and its sums of forward messages per row ``[b, r, d]`` and of
         backward messages per column ``[b, c, d]``, from its nodes' terms (:func:`~neuralgraph.nn.base.tile_terms`;
-        ``senders`` ``W_f x`` of its sources, ``receivers`` ``W_b x`` of its targets)."""
-        edge = self.edge_mlp.tile_update(edge, source_in, source_out, target_in, target_out)
-        forward = nn.functional.silu(self.forward_edge(edge) + senders[:, None]).sum(2)
-        backward = nn.functional.silu(self.backward_edge(edge) + receivers[:, :, None]).sum(1)
-        return edge, forward, backward
+        ``senders`` ``W_f x`` of its sources, ``receivers`` ``W_b x`` of its targets); dtypes as in :meth:`chunk`."""
+        updated = self.edge_mlp.tile_update(edge.to(senders.dtype), source_in, source_out, target_in, target_out)
+        forward = nn.functional.silu(self.forward_edge(updated) + senders[:, None]).sum(2)
+        backward = nn.functional.silu(self.backward_edge(updated) + receivers[:, :, None]).sum(1)
+        return updated.to(edge.dtype), forward, backward
 
 
 @register_metanet("gmn")
@@ -169,6 +170,8 @@ class GMN(Metanet):
     large graph: with both, a layer keeps its input (``E x hidden_dim`` floats of edges) and
     one chunk's intermediates, for two more forward passes of the edge maps in backward.
     """
+
+    chunked = True
 
     def __init__(self, hidden_dim: int = 128, num_layers: int = 4, dropout: float = 0.0, **options):
         super().__init__(hidden_dim, num_layers, dropout, **options)

@@ -119,7 +119,7 @@ class NGGNNLayer(MessagePassing, MetanetLayer):
         """Sums, sums of squares, minima and maxima ``[N, d]`` of the messages of the edges ``edge_index`` per target
         node (minima ``inf``, maxima ``-inf`` where none arrives), from the nodes' ``W_s x``, ``W_t x``."""
         sources, targets = edge_index
-        messages = self.message(source[sources], target[targets], edge_attr)
+        messages = self.message(source[sources], target[targets], edge_attr.to(source.dtype))
         index, size = targets[:, None].expand_as(messages), (source.shape[0], messages.shape[1])
         return (scatter(messages, targets, 0, size[0]), scatter(messages.square(), targets, 0, size[0]),
                 messages.new_full(size, math.inf).scatter_reduce(0, index, messages, "amin"),
@@ -163,8 +163,8 @@ class NGGNNLayer(MessagePassing, MetanetLayer):
                         target_out: Tensor) -> tuple[Tensor, ...]:
         """Sums, sums of squares, minima and maxima of a tile's forward messages per row ``[b, r, d]`` (into its
         targets), then of its reverse messages per column ``[b, c, d]`` (into its sources)."""
-        forward, reverse = self.block_messages(edge, endpoint_sums((source_in, source_out), (target_in, target_out), 0,
-                                                                  with_reverse=True))
+        ends = endpoint_sums((source_in, source_out), (target_in, target_out), 0, with_reverse=True)
+        forward, reverse = self.block_messages(edge.to(ends.dtype), ends)
         return (forward.sum(2), forward.square().sum(2), forward.amin(2), forward.amax(2),
                 reverse.sum(1), reverse.square().sum(1), reverse.amin(1), reverse.amax(1))
 
@@ -234,6 +234,7 @@ class NGGNN(Metanet):
     its reverse) and one chunk's intermediates, for two more forward passes of the edge maps in backward.
     """
 
+    chunked = True
     uses_reverse_edges = True
 
     def __init__(
