@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 
 from neuralgraph.nn import METANETS
-from runner import fit_and_record, fit_arguments, load_runs, recorded, run_missing, select_runs, write_atomic
+from runner import fit_and_record, fit_arguments, load_runs, run_missing, select_runs, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -347,11 +347,11 @@ def test_heads_read_the_batch_weights_as_they_read_the_graph(members, scaling):
     node = torch.randn(graph.num_nodes, 6, dtype=torch.float64)
     edge = torch.randn(graph.num_edges, 6, dtype=torch.float64)
     results = []
-    for given in (context, None):
+    for passed in (context, None):
         decoder.zero_grad()
         readout.zero_grad()
-        new_weights, new_biases = decoder(graph, node, edge, given)
-        pooled = readout(graph, node, edge, given)
+        new_weights, new_biases = decoder(graph, node, edge, passed)
+        pooled = readout(graph, node, edge, passed)
         (sum(t.sin().sum() for t in new_weights + new_biases) + pooled.cos().sum()).backward()
         results.append(new_weights + new_biases + [pooled]
                        + [p.grad for p in [*decoder.parameters(), *readout.parameters()] if p.grad is not None])
