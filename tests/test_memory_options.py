@@ -16,6 +16,7 @@ from torch_geometric.data import Batch
 from neuralgraph.graph import mlp_to_graph, module_to_graph
 from neuralgraph.nn import METANETS, build_metanet
 from neuralgraph.nn.base import EdgeTiles, EdgeUpdate
+from neuralgraph.nn.context import block_rows
 from neuralgraph.nn.gmn import GMNLayer
 
 TOLERANCE = 1e-10
@@ -129,6 +130,20 @@ def test_edge_dtype_rounds_only_the_kept_edge_states(name, graph_name):
     errors += [(gradients_with[key] - gradient).abs().max() / gradient.abs().max() for key, gradient in gradients.items()]
     worst = float(max(errors))
     assert 0 < worst < bound, f"{name}: relative change {worst:.2e} (float32 rounding: below {bound:.2e}, above 0)"
+
+
+def test_rows_of_blocks_in_another_dtype_convert_values_and_gradients():
+    """``block_rows(blocks, dtype)``: the rows of ``block_rows(blocks)`` converted, the gradient split back and
+    converted to the blocks' dtype, exactly."""
+    generator = torch.Generator().manual_seed(7)
+    blocks = [torch.randn(2, *shape, 3, generator=generator).requires_grad_() for shape in ((4, 2), (5, 4), (1, 5))]
+    rows = block_rows(blocks, torch.float64)
+    assert rows.dtype == torch.float64 and torch.equal(rows, block_rows(blocks).double())
+    weight = torch.randn(rows.shape, generator=generator, dtype=torch.float64)
+    gradients = torch.autograd.grad((rows * weight).sum(), blocks)
+    expected = torch.autograd.grad((block_rows(blocks) * weight.float()).sum(), blocks)
+    for gradient, reference in zip(gradients, expected):
+        assert gradient.dtype == torch.float32 and torch.equal(gradient, reference)
 
 
 @pytest.mark.parametrize("name", CHUNKED)

@@ -268,7 +268,7 @@ class Metanet(nn.Module):
     def dense_stack(self, node: Tensor, edge: Tensor, context: GraphContext) -> tuple[Tensor, Tensor]:
         """The layers' ``forward_dense`` on per-layer blocks of a canonical batch (``context.widths``): rows to
         blocks once (:func:`~neuralgraph.nn.context.node_blocks`, :func:`~neuralgraph.nn.context.edge_blocks`),
-        every layer, blocks to rows once; the rows of the graph's own edges out."""
+        every layer, blocks to rows once; the rows of the graph's own edges out, in the nodes' dtype."""
         widths, directions = context.widths, 1 if context.reverse is None else 2
         check_dense_rows(type(self).__name__, node, edge, widths, directions)
         nodes, edges = node_blocks(node, widths), edge_blocks(edge, widths, directions)
@@ -276,7 +276,7 @@ class Metanet(nn.Module):
             nodes, edges = self.run_layer(layer.forward_dense, nodes, edges)
         if directions == 2:
             edges = [block[0] for block in edges]
-        return block_rows(nodes), block_rows(edges)
+        return block_rows(nodes), block_rows(edges, nodes[0].dtype)
 
     @classmethod
     def spec_arguments(cls, spec: GraphSpec) -> dict[str, Any]:

@@ -281,7 +281,28 @@ def edge_blocks(edge: Tensor, widths: Sequence[int], directions: int = 1) -> lis
     return [block[0] for block in blocks] if directions == 1 else blocks
 
 
-def block_rows(blocks: Sequence[Tensor]) -> Tensor:
+def block_rows(blocks: Sequence[Tensor], dtype: Optional[torch.dtype] = None) -> Tensor:
     """Inverse of :func:`node_blocks` / :func:`edge_blocks` (one direction): per-layer blocks ``[B, ..., C]``
-    to rows (one copy)."""
+    to rows (one copy), in ``dtype`` when given: converted as they are copied, so that the rows never exist
+    in the blocks' dtype as well (the edges of ``Metanet(edge_dtype=...)``)."""
+    if dtype is not None and dtype != blocks[0].dtype:
+        return RowsOfBlocks.apply(dtype, *blocks)
     return torch.cat([block.flatten(1, -2) for block in blocks], dim=1).flatten(0, 1)
+
+
+class RowsOfBlocks(torch.autograd.Function):
+    """:func:`block_rows` into another dtype: one ``torch.cat`` into the output; backward splits the gradient
+    back into the blocks' shapes and dtype."""
+
+    @staticmethod
+    def forward(ctx, dtype: torch.dtype, *blocks: Tensor) -> Tensor:
+        parts = [block.flatten(1, -2) for block in blocks]
+        ctx.shapes, ctx.sizes = [block.shape for block in blocks], [part.shape[1] for part in parts]
+        ctx.block_dtype = blocks[0].dtype
+        rows = blocks[0].new_empty((parts[0].shape[0], sum(ctx.sizes), parts[0].shape[-1]), dtype=dtype)
+        return torch.cat(parts, dim=1, out=rows).flatten(0, 1)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        parts = grad.view(ctx.shapes[0][0], sum(ctx.sizes), -1).split(ctx.sizes, dim=1)
+        return (None, *[part.reshape(shape).to(ctx.block_dtype) for part, shape in zip(parts, ctx.shapes)])
