@@ -175,7 +175,7 @@ def summarize(runs: list[dict], systems: list[str], protocol_name: str, machine:
         lines.append(f"| {system} | {cell([r['kendall_tau'] for r in rs])} | {cell([r['r2'] for r in rs])} "
                      f"| {rs[0]['parameters']:,} | {rs[0]['hidden_dim']} | {rs[0]['epochs']} "
                      f"| {sum(r['wall_s'] for r in rs) / len(rs) / 60:.1f}{resumed} "
-                     f"| {' / '.join(sorted({r['cpu'] for r in rs}))}, {rs[0]['threads']} |")
+                     f"| {' / '.join(sorted({r['cpu'] for r in rs if 'cpu' in r}) or ['CPU not recorded'])}, {rs[0]['threads']} |")
     if missing:
         lines += ["", f"Not run yet ({len(missing)} of the protocol's runs): "
                   + ", ".join(f"{system} seed {seed}" for system, seed in missing) + "."]

@@ -77,10 +77,10 @@ def test_a_run_recorded_before_the_width_setting_counts_as_exact_matching(tmp_pa
     settings = dilation.run_settings(dilation.PROTOCOLS["cpu"], "gmn", 8)
     older = {key: value for key, value in settings.items() if key != "budget_width_multiple"}
     runs = [{"arch": "gmn", "k": 8, "seed": 0, "settings": older}]
-    assert dilation.recorded(runs, "gmn", 8, 0, settings, tmp_path / "r.json", dilation.RECORDED_BEFORE)
+    assert runner.recorded(runs, "gmn", 8, 0, settings, tmp_path / "r.json", dilation.RECORDED_BEFORE)
     runs[0]["settings"] = {**settings, "budget_width_multiple": 8}
     with pytest.raises(ValueError, match=r"r.json: gmn k=8 seed=0 was run with budget_width_multiple=8, this protocol asks 1"):
-        dilation.recorded(runs, "gmn", 8, 0, settings, tmp_path / "r.json", dilation.RECORDED_BEFORE)
+        runner.recorded(runs, "gmn", 8, 0, settings, tmp_path / "r.json", dilation.RECORDED_BEFORE)
 
 
 def test_write_atomic_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch):
