@@ -470,16 +470,17 @@ class EdgeUpdate(MessagePassing):
         if self.edge_chunk is None:
             opposite = None if reverse is None else self.reverse_lin(edge_attr)[reverse]
             return self.update(source, target, edge_index, edge_attr, opposite)
+        opposites = None if reverse is None else edge_attr[reverse]  # in the edges' dtype; W_r is applied per chunk
         chunks = zip(edge_index.split(self.edge_chunk, dim=1), edge_attr.split(self.edge_chunk),
-                     itertools.repeat(None) if reverse is None else reverse.split(self.edge_chunk))
-        return torch.cat([recomputed(self.chunk_update, source, target, index, edge, edge_attr, opposites)
-                          for index, edge, opposites in chunks])
+                     itertools.repeat(None) if opposites is None else opposites.split(self.edge_chunk))
+        return torch.cat([recomputed(self.chunk_update, source, target, index, edge, opposite_edges)
+                          for index, edge, opposite_edges in chunks])
 
-    def chunk_update(self, source: Tensor, target: Tensor, edge_index: Tensor, edge_attr: Tensor, every_edge: Tensor,
-                     opposites: Optional[Tensor]) -> Tensor:
-        """:meth:`update` of a chunk of edges, computed in the nodes' dtype and returned in the edges' own
-        (``Metanet``'s ``edge_dtype``); the opposite edges ``opposites`` are rows of ``every_edge``."""
-        opposite = None if opposites is None else self.reverse_lin(every_edge[opposites].to(source.dtype))
+    def chunk_update(self, source: Tensor, target: Tensor, edge_index: Tensor, edge_attr: Tensor,
+                     opposite_edges: Optional[Tensor]) -> Tensor:
+        """:meth:`update` of a chunk of edges and, with reverse, their opposites' features, computed in the nodes'
+        dtype and returned in the edges' own (``Metanet``'s ``edge_dtype``)."""
+        opposite = None if opposite_edges is None else self.reverse_lin(opposite_edges.to(source.dtype))
         return self.update(source, target, edge_index, edge_attr.to(source.dtype), opposite).to(edge_attr.dtype)
 
     def update(self, source: Tensor, target: Tensor, edge_index: Tensor, edge_attr: Tensor,
