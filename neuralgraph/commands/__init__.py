@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import pickle
-import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,9 +53,9 @@ def load_torch_file(path: str | Path) -> Any:
     except EOFError:
         reason = "empty file"
     except pickle.UnpicklingError as err:
-        refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
-        reason = (f"holds a {refused.group(1)} object, which a weights-only load refuses" if refused
-                  else "not a PyTorch checkpoint")
+        from neuralgraph.data.formats.source import weights_only_refusal
+
+        reason = weights_only_refusal(err, default="not a PyTorch checkpoint")
     except RuntimeError:
         reason = "truncated or corrupt archive"
     raise ValueError(f"{path}: not a readable checkpoint ({reason})")

@@ -17,6 +17,7 @@ import stops. Without images the folder serves classification only.
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -29,7 +30,7 @@ from neuralgraph.data import cnn_zoo, generate
 from neuralgraph.data.formats import FORMATS, InrEntry, cnn_wild_park, small_cnn_zoo
 from neuralgraph.data.formats.source import SourceError
 from neuralgraph.data.mnist import MNIST_SPLITS, MnistFileError, load_digits, locate
-from neuralgraph.data.shards import DatasetError, FolderWriter, Worker, shard_name
+from neuralgraph.data.shards import MANIFEST, DatasetError, FolderWriter, Worker, shard_name
 from neuralgraph.inr import SirenConvention, psnr, render
 
 IMAGE_SOURCES = ("full", "embedded", "none")
@@ -234,8 +235,30 @@ def import_dataset(fmt: str, src, out, limit: Optional[int] = None, splits_file=
         raise SourceError(f"{src}: not a folder")
     if splits_file is not None:
         options["splits_file"] = Path(splits_file)
-    if FORMATS[fmt].KIND == "mixed-cnn-zoo":
-        return import_wild_park(src, out, limit, options, shard_size, progress, distributed, merge)
-    if FORMATS[fmt].KIND == "cnn-zoo":
-        return import_zoo(src, out, limit, options, shard_size, progress, distributed, merge)
-    return import_inrs(fmt, src, out, limit, options, image_source(images), shard_size, progress, distributed, merge)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: a file, not a folder")
+    first_run = distributed is None and not merge and not (out / MANIFEST).exists()
+    existed, before = out.exists(), set(out.iterdir()) if out.exists() else set()
+    try:
+        if FORMATS[fmt].KIND == "mixed-cnn-zoo":
+            return import_wild_park(src, out, limit, options, shard_size, progress, distributed, merge)
+        if FORMATS[fmt].KIND == "cnn-zoo":
+            return import_zoo(src, out, limit, options, shard_size, progress, distributed, merge)
+        return import_inrs(fmt, src, out, limit, options, image_source(images), shard_size, progress, distributed,
+                           merge)
+    except Exception:
+        # a first run that fails leaves the folder as it found it, so that a retry with other
+        # options (say --images none after a PSNR failure) starts afresh; a kill leaves its shards
+        # for the same command to resume
+        if first_run:
+            _remove_written(out, existed, before)
+        raise
+
+
+def _remove_written(out: Path, existed: bool, before: set[Path]) -> None:
+    """Remove what a failed first import wrote into ``out``: the folder itself when it created it."""
+    if not existed:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for path in set(out.iterdir()) - before:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()

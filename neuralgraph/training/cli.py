@@ -50,6 +50,19 @@ def last_checkpoint(folder: Path) -> Optional[Path]:
     return max(candidates, key=lambda p: p.stat().st_mtime_ns, default=None)
 
 
+def forbid_building(config, subcommand: str) -> None:
+    """``validate``/``test``/``predict`` read data and never make it: a data module's ``build``
+    option is set to ``False`` (asking for ``true`` is an error), so a missing ``--data.root`` is a
+    one-line error that creates nothing."""
+    init_args = config["data"].get("init_args") if config.get("data") else None
+    if init_args is None or "build" not in init_args:
+        return
+    if init_args["build"]:
+        raise ValueError(f"--data.build true: `{subcommand}` never builds data; make it with `neuralgraph fit "
+                         "--data.build true` or `neuralgraph make-inrs` first")
+    init_args["build"] = False
+
+
 class OneLineArgumentParser(LightningArgumentParser):
     """Parse errors as one line (``neuralgraph fit: error: ...``, exit code 2), not a usage dump."""
 
@@ -88,6 +101,8 @@ class NeuralgraphCLI(LightningCLI):
         if not subcommand:
             return
         config = self.config[subcommand]
+        if subcommand != "fit":
+            forbid_building(config, subcommand)
         ckpt_path = config.get("ckpt_path")
         if ckpt_path == "last":
             folder = checkpoint_dir(config.trainer.default_root_dir)

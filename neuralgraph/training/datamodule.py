@@ -77,12 +77,16 @@ class MnistInrDataModule(IndexBatchDataModule):
     """MNIST INRs (SIREN 2-32-32-1) with images and labels, for every task of the package.
 
     Args:
-        root: dataset folder (shards + manifest). A folder written by ``import-dataset`` is used
-            as it is (its source's convention and splits). A split that is missing or unfinished is
-            fitted on first use by the ``make-inrs`` machinery (a message and a progress bar say
-            so), with ``limit_<split>`` INRs (all when None); a complete split is used as it is.
+        root: dataset folder (shards + manifest). A folder written by ``make-inrs`` or
+            ``import-dataset`` is used as it is (its source's convention and splits).
         source: ``"full"`` MNIST (``NEURALGRAPH_MNIST``, the user cache, or a verified download)
             or ``"embedded"``, the subset shipped with the package.
+        build: whether a split missing from ``root`` (or unfinished) is fitted here, by the
+            ``make-inrs`` machinery with ``limit_<split>`` INRs (a message and a progress bar
+            say so). ``None`` (the default) builds only the embedded subset (minutes) and refuses
+            the full MNIST (hours: run ``neuralgraph make-inrs`` or pass ``--data.build true``);
+            ``False`` never builds (``neuralgraph test/validate/predict`` set it). A missing
+            data set that is not built is a one-line error and nothing is created.
         batch_size, num_workers: DataLoader settings.
         limit_train, limit_val, limit_test: use the first N INRs of a split (None: all there
             are). Limits are prefixes, so a small run on a large folder sees the same first INRs.
@@ -105,6 +109,7 @@ class MnistInrDataModule(IndexBatchDataModule):
         permutation_augmentation: bool = False,
         seed: int = 0,
         preset: Optional[str] = None,
+        build: Optional[bool] = None,
     ):
         for split, limit in zip(SPLITS, (limit_train, limit_val, limit_test)):
             if limit is not None and limit < 1:
@@ -136,9 +141,24 @@ class MnistInrDataModule(IndexBatchDataModule):
                 recipe = {"convention": settings.convention.to_dict(), "fit": settings.fit_dict()}
                 check_settings(read_manifest(root, INR_FOLDER), recipe, root / MANIFEST)
             elif not split_ready(root, split):
+                self._refuse_unless_building(root, split)
                 print(f"MNIST-INR split {split!r} ({limit or 'all'} INRs, {self.hparams.source} MNIST) is not in {root} "
                       "yet: fitting the SIRENs now (once; later runs reuse them)")
                 make_inrs(root, (split,), limit, settings, device="cuda" if torch.cuda.is_available() else "cpu")
+
+    def _refuse_unless_building(self, root: Path, split: str) -> None:
+        """A one-line error, before anything is created, when the missing ``split`` is not to be fitted here."""
+        hp = self.hparams
+        if hp.build or (hp.build is None and hp.source == "embedded"):
+            return
+        limit = self.limit(split)
+        command = (f"neuralgraph make-inrs --out {root} --source {hp.source}"
+                   + (f" --preset {hp.preset}" if hp.preset else "") + (f" --limit {limit}" if limit else ""))
+        where = f"no such folder {root}" if not root.exists() else f"{root} holds no complete {split!r} split"
+        if hp.build is False:
+            raise ValueError(f"data.root: {where}; this command never fits INRs (make them with `{command}`)")
+        raise ValueError(f"data.root: {where}; fitting {limit or 'all'} {hp.source}-MNIST INRs takes hours, so it "
+                         f"is never started implicitly: run `{command}` or pass --data.build true to fit")
 
     def setup(self, stage: Optional[str] = None) -> None:
         from neuralgraph.data.inr_dataset import InrDataset
@@ -168,7 +188,7 @@ class MnistInrDataModule(IndexBatchDataModule):
     def spec(self) -> GraphSpec:
         """The :class:`~neuralgraph.graph.spec.GraphSpec` of the training split (its first
         :data:`SPEC_SAMPLE` INRs: one layout, so the degree histogram only scales with more) and
-        its SIREN convention. Fits missing splits first (``prepare_data``): ``neuralgraph fit``
+        its SIREN convention. Fits missing splits first where ``build`` allows (``prepare_data``): ``neuralgraph fit``
         reads the spec before the trainer starts, so DDP's worker processes find the INRs made."""
         self.prepare_data()
         self.setup()

@@ -26,6 +26,35 @@ class InrEntry:
     copy: int = 0  # 0: the INR itself; i > 0: augmented copy i - 1 (NFN's randinit_smaller_aug{i-1})
 
 
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def plain_text(message: str) -> str:
+    """``message`` without terminal escape codes (torch's messages carry bold markers)."""
+    return ANSI_ESCAPE.sub("", message).strip() or "no message"
+
+
+def weights_only_refusal(err: pickle.UnpicklingError,
+                         default: str = "not a file of tensors and plain containers (a weights-only load refuses it)",
+                         ) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, in one plain line.
+
+    torch's own message is replaced: it carries escape codes and advises loading the file with
+    ``weights_only=False``, which would run arbitrary code from an untrusted file.
+
+    Args:
+        err: the error ``torch.load`` raised.
+        default: the reason when torch's message names no refused object.
+
+    Returns:
+        The object the file needs (``holds a fractions.Fraction object, ...``) or a generic reason.
+    """
+    refused = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+    if refused:
+        return f"holds a {refused.group(1)} object, which a weights-only load refuses (only tensors and plain containers are read)"
+    return default
+
+
 def load_tensors(path: Path) -> dict:
     """The dict a ``.pth``/``.pt`` file holds, read with ``torch.load(weights_only=True)``.
 
@@ -36,11 +65,9 @@ def load_tensors(path: Path) -> dict:
     except FileNotFoundError as err:
         raise SourceError(f"{path}: missing") from err
     except pickle.UnpicklingError as err:
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise SourceError(f"{path}: refused: the file needs more than tensors to unpickle (weights_only=True): "
-                          f"{reason[:200]}") from err
+        raise SourceError(f"{path}: refused: {weights_only_refusal(err)}") from err
     except (RuntimeError, EOFError, OSError) as err:
-        raise SourceError(f"{path}: not a readable torch file ({str(err).splitlines()[0][:200]})") from err
+        raise SourceError(f"{path}: not a readable torch file ({plain_text(str(err)).splitlines()[0][:200]})") from err
     if not isinstance(data, dict):
         raise SourceError(f"{path}: holds a {type(data).__name__}, expected a state dict")
     return data
