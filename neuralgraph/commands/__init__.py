@@ -37,6 +37,55 @@ positive_int = int_at_least(1)
 nonnegative_int = int_at_least(0)
 
 
+def output_folder(text: str) -> Path:
+    """An argparse ``type`` for an output folder (``--out DIR``): a folder or a path still to create.
+
+    A path that is a file, or that runs through one, is refused at parse time in one line
+    (``argument --out: X: a file, not a folder``) rather than as an errno when writing starts.
+
+    Args:
+        text: the option's value.
+
+    Returns:
+        ``text`` as a path.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is a file or lies below one.
+    """
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: a file, not a folder")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise argparse.ArgumentTypeError(f"{text}: {parent} is a file, not a folder")
+            break
+    return path
+
+
+def check_output_file(path: Path, option: str, force: bool) -> None:
+    """Refuses an output file before any work, so that nothing is computed for nothing.
+
+    Args:
+        path: the file a command is asked to write.
+        option: the option that gave it (``--out``), named by the error.
+        force: whether an existing file may be overwritten.
+
+    Raises:
+        ValueError: one line naming ``option``: ``path`` exists (without ``force``), is a folder,
+            or lies below a file.
+    """
+    if path.is_dir():
+        raise ValueError(f"{option} {path}: a folder, not a file")
+    if path.exists() and not force:
+        raise ValueError(f"{option} {path}: exists; pass --force to overwrite it")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(f"{option} {path}: {parent} is a file, not a folder")
+            break
+
+
 def load_torch_file(path: str | Path) -> Any:
     """``torch.load(path, weights_only=True)`` on CPU; any unreadable file is a ValueError naming it.
 

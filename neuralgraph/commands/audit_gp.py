@@ -30,13 +30,16 @@ from neuralgraph.theory.gp import audit_gp
 from neuralgraph.theory.quantize import GRANULARITIES, IEEE_FORMATS, UNIFORM_BITS, is_ieee, quantize_mlp
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth")
+DEFAULT_BITS = (32, 16, 12, 8)
 Networks = tuple[list[Tensor], list[Tensor]]  # batched weights [B, d_out, d_in], biases [B, d_out]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("root", type=Path, metavar="DIR", help="INR dataset folder or folder of MLP checkpoints")
-    parser.add_argument("--bits", type=bit_width, nargs="+", default=[32, 16, 12, 8],
-                        help="bit widths to audit: 32 (IEEE single) or 2..16 (uniform grid; 16 as IEEE half with --granularity ieee)")
+    parser.add_argument("--bits", type=bit_width, nargs="+", default=None,
+                        help="bit widths to audit: 32 (IEEE single) or 2..16 (uniform grid; 16 as IEEE half with "
+                             f"--granularity ieee) (default: {' '.join(map(str, DEFAULT_BITS))}; 32 16 with "
+                             "--granularity ieee alone)")
     parser.add_argument("--split", default="train", help="split of an INR dataset (ignored for checkpoints)")
     parser.add_argument(
         "--granularity", nargs="+", choices=GRANULARITIES, default=["tensor"],
@@ -174,9 +177,23 @@ def format_table(rows: list[AuditRow]) -> str:
     return "\n".join(lines)
 
 
+def default_bits(granularities: list[str]) -> list[int]:
+    """``--bits`` when not given.
+
+    Args:
+        granularities: the ``--granularity`` values.
+
+    Returns:
+        :data:`DEFAULT_BITS`, less the widths that none of ``granularities`` applies to (``ieee``
+        alone: 32 and 16).
+    """
+    return [b for b in DEFAULT_BITS if b == 32 or any(g != "ieee" or b == 16 for g in granularities)]
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.root.is_dir():
         raise ValueError(f"{args.root}: not a folder")
+    bits = args.bits if args.bits is not None else default_bits(args.granularity)
     networks = load_networks(args.root, args.split, args.limit)
-    print(format_table(audit_rows(networks, args.bits, args.granularity, args.chunk, args.group)))
+    print(format_table(audit_rows(networks, bits, args.granularity, args.chunk, args.group)))
     return 0

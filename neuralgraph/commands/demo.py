@@ -8,8 +8,11 @@
    (input | target | each run's output), the same test INRs in every row.
 
 Sizes come from ``neuralgraph/configs/demo.yaml``, package data installed with the wheel (or
-``--config``, whose ``reference_hidden_dim`` sets the k=1 width and the budget of every k);
-numbers are whatever the run gives.
+``--config``, a file or a shipped config's name, whose ``reference_hidden_dim`` sets the k=1 width
+and the budget of every k); numbers are whatever the run gives. Everything the demo writes lies
+under ``--out``: the INRs in ``OUT/inrs`` (the config's ``data.root`` is replaced), each run's
+checkpoints and logs in ``OUT/k<k>`` (its ``trainer.default_root_dir``, and its logger's
+``save_dir`` when the config names one), the side-by-side grid in ``OUT/comparison_test.png``.
 """
 from __future__ import annotations
 
@@ -18,30 +21,93 @@ import time
 from importlib.resources import files
 from pathlib import Path
 
-from neuralgraph.commands import positive_int
+from neuralgraph.commands import output_folder, positive_int
 
 DEFAULT_CONFIG = Path(str(files("neuralgraph") / "configs" / "demo.yaml"))
 
 
+def config_file(text: str) -> Path:
+    """argparse type of ``--config``.
+
+    Args:
+        text: a file, or the name of a shipped config (``neuralgraph configs``).
+
+    Returns:
+        The config file.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is neither (with the closest shipped names).
+    """
+    from neuralgraph.commands.configs import resolve_config
+
+    try:
+        return resolve_config(text, option="")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).lstrip()) from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG,
-                        help="LightningCLI config of the runs; its reference_hidden_dim is the k=1 width and budget")
+    """Adds the command's arguments.
+
+    Args:
+        parser: the ``neuralgraph demo`` parser.
+    """
+    parser.add_argument("--config", type=config_file, default="demo",
+                        help="LightningCLI config of the runs (a file or a shipped config's name); its "
+                             "reference_hidden_dim is the k=1 width and budget")
     parser.add_argument("--k", type=positive_int, nargs="+", default=[1, 4], help="numbers of output networks to compare")
-    parser.add_argument("--out", type=Path, default=Path("runs/demo"), help="folder for logs, checkpoints, PNGs")
+    parser.add_argument("--out", type=output_folder, default="runs/demo",
+                        help="folder of everything the demo writes: INRs (OUT/inrs), runs (OUT/k<k>), PNGs")
     parser.add_argument("--max-epochs", type=positive_int, help="override the config's trainer.max_epochs")
 
 
+def output_arguments(config: Path, out: Path, k: int) -> list[str]:
+    """The LightningCLI arguments that put everything one run writes under ``out``.
+
+    Args:
+        config: the config of the run (read for the logger it names, if any).
+        out: the demo's ``--out``.
+        k: the run's number of output networks.
+
+    Returns:
+        Arguments setting the INRs' folder to ``out/inrs`` and ``trainer.default_root_dir`` (and
+        the ``save_dir`` of a logger the config names) to ``out/k<k>``.
+
+    Raises:
+        ValueError: ``config`` is not YAML.
+    """
+    import yaml
+
+    run_dir = str(out / f"k{k}")
+    argv = ["--data.init_args.root", str(out / "inrs"), "--trainer.default_root_dir", run_dir]
+    try:
+        settings = yaml.safe_load(config.read_text())
+    except yaml.YAMLError as err:
+        raise ValueError(f"--config {config}: not a YAML file ({err})") from None
+    trainer = settings.get("trainer") if isinstance(settings, dict) else None
+    logger = trainer.get("logger") if isinstance(trainer, dict) else None
+    if isinstance(logger, dict) and "class_path" in logger:
+        argv += ["--trainer.logger.init_args.save_dir", run_dir]
+    return argv
+
+
 def run(args: argparse.Namespace) -> int:
+    """Runs the demo: one fit and test per ``--k``, the table of their test metrics, the PNG grids.
+
+    Args:
+        args: the parsed command line.
+
+    Returns:
+        The exit status, 0.
+    """
     from neuralgraph.training.callbacks import EditingGrid
     from neuralgraph.training.cli import run_lightning_cli
     from neuralgraph.training.visualize import save_image_grid
 
-    if not args.config.is_file():
-        raise ValueError(f"--config {args.config}: no such file")
     rows, outputs = [], []
     for k in args.k:
         argv = ["fit", "--config", str(args.config), "--model.init_args.k", str(k),
-                "--trainer.default_root_dir", str(args.out / f"k{k}")]
+                *output_arguments(args.config, args.out, k)]
         if args.max_epochs is not None:
             argv += ["--trainer.max_epochs", str(args.max_epochs)]
         print(f"\n=== GMN INR editor, k={k} ===")

@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from neuralgraph.commands import load_torch_file, nonnegative_int, positive_int
+from neuralgraph.commands import check_output_file, load_torch_file, nonnegative_int, positive_int
 from neuralgraph.graph import mlp_to_graph
 
 
@@ -31,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, help="PNG to write")
     parser.add_argument("--export", type=Path, help="write the edited INR (merged when k > 1) as .safetensors")
     parser.add_argument("--resolution", type=positive_int, default=28, help="render resolution of the PNG")
+    parser.add_argument("--force", action="store_true", help="overwrite --out and --export when they exist")
 
 
 def save_inr(path: Path, weights, biases, metadata: dict | None = None) -> None:
@@ -61,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     from neuralgraph.training.tasks import InrEditing, check_checkpoint
     from neuralgraph.training.visualize import save_editing_grid
 
+    for option, path in (("--out", args.out), ("--export", args.export)):
+        if path is not None:
+            check_output_file(path, option, args.force)
     checkpoint = load_torch_file(args.ckpt)
     check_checkpoint(checkpoint, "InrEditing", {}, args.ckpt)
     task = InrEditing.load_from_checkpoint(args.ckpt, map_location="cpu", weights_only=True)

@@ -44,11 +44,11 @@ import torch
 from torch import Tensor
 from torch.func import functional_call, vjp, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from tqdm import tqdm
 
 from neuralgraph.commands import positive_int
 from neuralgraph.graph import Layout, mlp_to_graph
 from neuralgraph.nn import METANETS, WeightDecoder, build_metanet, metanet_class
+from neuralgraph.progress import Progress
 from neuralgraph.theory.equivariant_space import (
     GROUPS,
     commutant_dimension,
@@ -186,7 +186,7 @@ def linearisation_span(
     model = build_metanet(name, hidden_dim=hidden_dim, num_layers=num_layers, **layout_options(name, layout))
     edit = WeightEdit(model, model.decoder(k, max_layers=len(layout) - 1), layout).double().eval()
     stream = jacobian_draws(edit, batch)
-    with tqdm(total=bound, desc=f"{name} span", unit="dim", disable=not progress, leave=False) as bar:
+    with Progress(total=bound, desc=f"{name} span", unit="dim", disable=not progress, leave=False) as bar:
         while stale < patience and span.dimension < bound:
             used.append(next(stream))
             before = span.dimension
@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     spans = [
         linearisation_span(n, layout, args.hidden_dim, args.num_layers, args.maps_per_draw, args.patience,
                            progress=True, batch=args.draws_per_batch)
-        for n in tqdm(names, desc="expressivity-report", unit="metanet")
+        for n in Progress(names, desc="expressivity-report", unit="metanet")
     ]
     print(format_report(layout, spans, args.check_up_to))
     return 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from neuralgraph.commands import distributed, positive_int
+from neuralgraph.commands import distributed, output_folder, positive_int
 
 # neuralgraph.data.formats.FORMATS, without importing torch
 FORMATS = ("dws-inrs", "nfn-sirens", "small-cnn-zoo", "cnn-wild-park")
@@ -12,7 +12,8 @@ FORMATS = ("dws-inrs", "nfn-sirens", "small-cnn-zoo", "cnn-wild-park")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("format", choices=FORMATS, help="layout of SRC (docs/datasets.md describes each)")
     parser.add_argument("src", help="the source folder, as its authors released it")
-    parser.add_argument("--out", required=True, help="dataset folder to write (rerun the same command to resume)")
+    parser.add_argument("--out", required=True, type=output_folder,
+                        help="dataset folder to write (rerun the same command to resume)")
     parser.add_argument("--limit", type=positive_int, default=None, help="import only the first N entries of each split")
     parser.add_argument("--splits", default=None,
                         help="split file: DWSNets' JSON (dws-inrs), NFN's *_split.csv order file (small-cnn-zoo) or "

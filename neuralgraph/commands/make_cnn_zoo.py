@@ -5,7 +5,7 @@ import argparse
 
 import torch
 
-from neuralgraph.commands import distributed, nonnegative_int, positive_int
+from neuralgraph.commands import distributed, nonnegative_int, output_folder, positive_int
 from neuralgraph.data import small_cnn_zoo_preset as preset
 from neuralgraph.data.cnn_zoo import ZooSettings, make_cnn_zoo
 from neuralgraph.data.shards import Worker
@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_zoo_arguments(parser: argparse.ArgumentParser, defaults, epochs_type=positive_int) -> None:
     """The options every zoo generator takes (``defaults``: its settings dataclass' defaults)."""
-    parser.add_argument("--out", required=True, help="zoo folder (created; rerun the same command to resume)")
+    parser.add_argument("--out", required=True, type=output_folder,
+                        help="zoo folder (created; rerun the same command to resume)")
     parser.add_argument("--networks", type=positive_int, default=defaults.networks, help="networks to train")
     parser.add_argument("--epochs", type=epochs_type, nargs="+", default=list(defaults.checkpoint_epochs),
                         help="epochs at which each network is recorded (increasing; training runs to the last)")

@@ -6,14 +6,15 @@ import dataclasses
 
 import torch
 
-from neuralgraph.commands import distributed, positive_int
+from neuralgraph.commands import distributed, output_folder, positive_int
 from neuralgraph.data.generate import GenerationSettings, make_inrs
 from neuralgraph.data.shards import SPLITS, Worker
 from neuralgraph.inr import DEFAULT_PRESET, INITS, PRESETS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="dataset folder (created; rerun the same command to resume)")
+    parser.add_argument("--out", required=True, type=output_folder,
+                        help="dataset folder (created; rerun the same command to resume)")
     parser.add_argument("--split", choices=SPLITS + ("all",), default="all")
     parser.add_argument("--limit", type=positive_int, default=None, help="keep the first N digits of each split")
     parser.add_argument("--shard-size", type=positive_int, default=1000, help="INRs per safetensors shard")

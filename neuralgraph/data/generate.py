@@ -42,6 +42,7 @@ from neuralgraph.data.shards import (
     shard_name,
 )
 from neuralgraph.inr import DWS_MNIST, FitConfig, FitResult, SirenConvention, fit_inrs, preset
+from neuralgraph.progress import Progress
 
 INR_FOLDER = FolderFormat("neuralgraph-mnist-inrs/1", "make-inrs")
 MNIST_SPLIT_OF = {"train": "train", "val": "train", "test": "test"}
@@ -51,7 +52,16 @@ MNIST_TRAIN_SIZE = 60000
 
 @dataclass(frozen=True)
 class GenerationSettings:
-    """What determines every byte of a dataset folder (recorded in, and checked against, its manifest)."""
+    """What determines every byte of a dataset folder (recorded in, and checked against, its manifest).
+
+    Attributes:
+        convention: the SIREN convention of the INRs.
+        fit: the fitting settings.
+        seed: the seed every INR's initialisation seed derives from (:func:`inr_seed`).
+        split_seed: the seed of the validation split (:func:`val_indices`).
+        source: the MNIST images, ``"full"`` or ``"embedded"``.
+        shard_size: INRs per shard.
+    """
 
     convention: SirenConvention = DWS_MNIST
     fit: FitConfig = FitConfig()
@@ -77,13 +87,31 @@ class GenerationSettings:
 
 
 def val_indices(split_seed: int) -> np.ndarray:
-    """MNIST training indices of the validation split, increasing."""
+    """MNIST training indices of the validation split, increasing.
+
+    Args:
+        split_seed: the seed of the split.
+
+    Returns:
+        ``[VAL_SIZE]`` int.
+    """
     return np.sort(np.random.default_rng(split_seed).permutation(MNIST_TRAIN_SIZE)[:VAL_SIZE])
 
 
 def split_digits(split: str, source: str, split_seed: int, limit: Optional[int] = None,
                  root: Optional[PathLike] = None) -> Digits:
-    """The digits of ``split`` in increasing MNIST index, the first ``limit`` of them."""
+    """The digits of ``split`` in increasing MNIST index, the first ``limit`` of them.
+
+    Args:
+        split: ``"train"``, ``"val"`` or ``"test"``.
+        source: the MNIST images, ``"full"`` or ``"embedded"``.
+        split_seed: the seed of the validation split.
+        limit: the most digits, or ``None`` for all.
+        root: the MNIST folder, or ``None``.
+
+    Returns:
+        The :class:`~neuralgraph.data.mnist.Digits`.
+    """
     if split not in SPLITS:
         raise ValueError(f"split {split!r}: expected one of {SPLITS}")
     digits = load_digits(MNIST_SPLIT_OF[split], source, root)
@@ -97,7 +125,16 @@ def split_digits(split: str, source: str, split_seed: int, limit: Optional[int] 
 
 
 def inr_seed(seed: int, mnist_split: str, index: int) -> int:
-    """Initialisation seed of the INR of MNIST digit ``index`` of ``mnist_split``."""
+    """Initialisation seed of the INR of MNIST digit ``index`` of ``mnist_split``.
+
+    Args:
+        seed: the dataset's seed.
+        mnist_split: ``"train"`` or ``"test"``.
+        index: the digit's position in that MNIST split.
+
+    Returns:
+        A 32-bit seed.
+    """
     return int(np.random.SeedSequence([seed, MNIST_SPLITS.index(mnist_split), int(index)]).generate_state(1)[0])
 
 
@@ -173,6 +210,21 @@ def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[i
 
     Resuming into a folder whose manifest has other settings, or a split with another
     ``limit``, is an error naming the field; so is a recorded shard whose sha256 changed.
+
+    Args:
+        out: the dataset folder.
+        splits: the splits to fit.
+        limit: the most INRs per split, or ``None`` for all.
+        settings: what the dataset is.
+        device: where to fit.
+        root: the MNIST folder, or ``None``.
+        progress: show a progress bar.
+        workers: CPU processes fitting in parallel.
+        distributed: this process's worker, or ``None``.
+        merge: merge the workers' manifests.
+
+    Returns:
+        The manifest, as written.
     """
     if workers < 1:
         raise ValueError(f"make_inrs: workers must be >= 1, got {workers}")
@@ -208,8 +260,8 @@ def make_inrs(out: PathLike, splits: tuple[str, ...] = SPLITS, limit: Optional[i
         seeds = [inr_seed(settings.seed, MNIST_SPLIT_OF[split], i) for i in digits.indices]
         shards.append((split, path, digits, seeds))
     done = total - sum(len(digits.indices) for _, _, digits, _ in shards)
-    with tqdm(total=total, initial=done, unit="INR", desc=f"make-inrs {out}", disable=not progress,
-              dynamic_ncols=True) as bar, closing(_shard_fits(shards, settings, device, workers, bar)) as fits:
+    with Progress(total=total, initial=done, unit="INR", desc=f"make-inrs {out}", disable=not progress,
+                  dynamic_ncols=True) as bar, closing(_shard_fits(shards, settings, device, workers, bar)) as fits:
         for (split, path, digits, _), results in zip(shards, fits):
             # fitted (again, after a kill: fitting is deterministic, so the bytes are the same),
             # recorded, then renamed into place

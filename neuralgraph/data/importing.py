@@ -24,7 +24,6 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 from safetensors.torch import save as safetensors_bytes
-from tqdm import tqdm
 
 from neuralgraph.data import cnn_zoo, generate
 from neuralgraph.data.formats import FORMATS, InrEntry, cnn_wild_park, small_cnn_zoo
@@ -32,6 +31,7 @@ from neuralgraph.data.formats.source import SourceError
 from neuralgraph.data.mnist import MNIST_SPLITS, MnistFileError, load_digits, locate
 from neuralgraph.data.shards import MANIFEST, DatasetError, FolderWriter, Worker, shard_name
 from neuralgraph.inr import SirenConvention, psnr, render
+from neuralgraph.progress import Progress
 
 IMAGE_SOURCES = ("full", "embedded", "none")
 MIN_MEDIAN_PSNR = 20.0
@@ -83,7 +83,7 @@ def _shard_plan(writer: FolderWriter, split: str, count: int, shard_size: int, *
 
 
 def _inr_shard(reader, entries: Sequence[InrEntry], layout: tuple[int, ...], convention: SirenConvention,
-               digits: Optional[DigitLookup], bar: tqdm) -> dict:
+               digits: Optional[DigitLookup], bar: Progress) -> dict:
     weights, biases, labels = [], [], []
     for entry in entries:
         w, b, label = reader.read(entry, layout)
@@ -132,7 +132,7 @@ def import_inrs(fmt: str, src: Path, out: Path, limit: Optional[int], options: d
         todo += [(split, path, entries[start:start + shard_size]) for path, start in plan]
     writer.start()
     total = sum(len(e) for e in splits.values())
-    with tqdm(total=total, initial=total - sum(len(t[2]) for t in todo), unit="INR", desc=f"import {fmt}",
+    with Progress(total=total, initial=total - sum(len(t[2]) for t in todo), unit="INR", desc=f"import {fmt}",
               disable=not progress, dynamic_ncols=True) as bar:
         for split, path, entries in todo:
             tensors = _inr_shard(reader, entries, layout, convention, digits, bar)
@@ -173,7 +173,7 @@ def import_zoo(src: Path, out: Path, limit: Optional[int], options: dict, shard_
                  for path, start in _shard_plan(writer, split, len(split_rows), shard_size)]
     writer.start()
     total = sum(len(r) for r in rows.values())
-    with tqdm(total=total, initial=total - sum(len(t[2]) for t in todo), unit="CNN", desc="import small-cnn-zoo",
+    with Progress(total=total, initial=total - sum(len(t[2]) for t in todo), unit="CNN", desc="import small-cnn-zoo",
               disable=not progress, dynamic_ncols=True) as bar:
         for split, path, shard_rows in todo:
             weights, biases = small_cnn_zoo.read_rows(source, shard_rows)
@@ -210,7 +210,7 @@ def import_wild_park(src: Path, out: Path, limit: Optional[int], options: dict, 
                  for path, start in _shard_plan(writer, split, len(entries), shard_size)]
     writer.start()
     total = sum(len(e) for e in splits.values())
-    with tqdm(total=total, initial=total - sum(len(t[1]) for t in todo), unit="CNN", desc="import cnn-wild-park",
+    with Progress(total=total, initial=total - sum(len(t[1]) for t in todo), unit="CNN", desc="import cnn-wild-park",
               disable=not progress, dynamic_ncols=True) as bar:
         for path, entries in todo:
             writer.commit(path, safetensors_bytes(cnn_wild_park.shard_tensors(entries, bar.update)))

@@ -12,12 +12,16 @@ Differences from a bare LightningCLI, all in the spirit of the paper's protocol:
 * ``predict`` writes every output of the test split to ``predictions.safetensors`` in the log dir
   (:class:`~neuralgraph.training.callbacks.PredictionWriter`);
 * Lightning's default logger: CSV, or TensorBoard when it is installed, under
-  ``trainer.default_root_dir``; ``seed_everything`` defaults to 0.
+  ``trainer.default_root_dir``; ``seed_everything`` defaults to 0;
+* quiet: Lightning's messages that a user of this command cannot act on are dropped (below), its
+  own warnings are kept; when stdout is not a terminal (a log), the progress bar writes one line
+  per epoch instead of a ``\r`` frame per batch (:mod:`neuralgraph.training.progress`).
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -29,14 +33,49 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from neuralgraph.commands import load_torch_file, one_line
 from neuralgraph.graph.spec import GraphSpec
+from neuralgraph.training import callbacks as neuralgraph_callbacks
 from neuralgraph.training.callbacks import PredictionWriter
 from neuralgraph.training.datamodule import MnistInrDataModule
+from neuralgraph.training.progress import LinesWhenNotATerminal
 from neuralgraph.training.tasks import MetanetTask, check_checkpoint
 
 # We pass ``args`` on purpose (the `neuralgraph` entry point parses sys.argv itself); the seed is
 # in each run's config.yaml, and an error before any work stays one line without "Seed set to 0".
 warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
 logging.getLogger("lightning.fabric.utilities.seed").setLevel(logging.WARNING)
+
+# What every run printed that its user cannot act on (the package's choices, or Lightning's and
+# torch's internals); Lightning's other warnings and messages are kept.
+# - without tensorboard, Lightning's default logger is CSV (as documented above), with a notice;
+warnings.filterwarnings("ignore", message=r"Starting from v1\.9\.0, `tensorboardX` has been removed")
+# - Lightning 2.6's own pytree helper uses LeafSpec, which torch 2.13 deprecates;
+warnings.filterwarnings("ignore", message=re.escape("`isinstance(treespec, LeafSpec)` is deprecated"),
+                        category=FutureWarning)
+# - an epoch shorter than log_every_n_steps logs no per-step training loss; the tasks log every
+#   metric per epoch as well, so nothing is missing from the logs (a small dataset is no mistake).
+warnings.filterwarnings("ignore", message=r"The number of training batches \(\d+\) is smaller than the logging "
+                        r"interval Trainer\(log_every_n_steps=")
+
+
+class DropUnactionableInfo(logging.Filter):
+    """Drops two of Lightning's info messages: its tips advertising its cloud services, and the note
+    that ``configure_callbacks`` overrides callbacks when they are all this package's own (the tasks
+    return them, and the test that ends a fit attaches them again)."""
+
+    OVERRIDE = "The following callbacks returned in `LightningModule.configure_callbacks` will override"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("\N{ELECTRIC LIGHT BULB} Tip:"):
+            return False
+        if message.startswith(self.OVERRIDE):
+            names = message.rsplit(":", 1)[-1].replace(",", " ").split()
+            return not all(isinstance(getattr(neuralgraph_callbacks, name, None), type) for name in names)
+        return True
+
+
+for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+    logging.getLogger(_name).addFilter(DropUnactionableInfo())
 
 
 def checkpoint_dir(default_root_dir: Optional[str]) -> Path:
@@ -140,7 +179,14 @@ class NeuralgraphCLI(LightningCLI):
 
 
 def run_lightning_cli(argv: list[str]) -> NeuralgraphCLI:
-    """Run a Lightning verb (``argv[0]`` in fit/validate/test/predict) with neuralgraph defaults."""
+    """Runs a Lightning verb with neuralgraph's defaults (module docstring).
+
+    Args:
+        argv: the verb (fit, validate, test or predict), then LightningCLI's arguments.
+
+    Returns:
+        The finished CLI: its ``trainer``, ``model`` and ``datamodule`` are those of the run.
+    """
     return NeuralgraphCLI(
         MetanetTask,
         L.LightningDataModule,
@@ -151,7 +197,7 @@ def run_lightning_cli(argv: list[str]) -> NeuralgraphCLI:
             "max_epochs": 150,
             "deterministic": "warn",
             "callbacks": [ModelCheckpoint(monitor="val/loss", mode="min", save_last=True, filename="best-{epoch}"),
-                          PredictionWriter()],
+                          PredictionWriter(), LinesWhenNotATerminal()],
         },
         args=argv,
         save_config_kwargs={"overwrite": True},

@@ -1,5 +1,7 @@
 """Write configs/dilation/<arch>_k<k>.yaml (the OCE dilation grid) and configs/dilation/paper/<row>_k<k>.yaml.
 
+``configs/`` is ``neuralgraph/configs/``, shipped with the package (``neuralgraph configs`` lists it).
+
 The grid holds every registered architecture (:data:`neuralgraph.nn.METANETS`); a registered
 name without a reference configuration below is an error. k = 1 uses the width below; k > 1
 gives it as ``reference_hidden_dim`` instead, so that the task picks ``hidden_dim`` at start,
@@ -7,12 +9,13 @@ the largest width at which metanet + decoder(k) fit the k = 1 parameter count (b
 printed), and stores it in the checkpoint. Each config checkpoints and logs in its own
 ``runs/<path under configs/>``, so ``--ckpt_path last`` of one config never resumes another's
 run. ``paper/`` holds the systems of the paper's dilation table at their published sizes
-(sources in docs/architectures.md). Run from the repository root:
-``python configs/generate_dilation.py``.
+(sources in docs/architectures.md). Run from anywhere: ``python scripts/generate_dilation.py``.
 """
 from pathlib import Path
 
 from neuralgraph.nn import METANETS
+
+DILATION = Path(__file__).resolve().parents[1] / "neuralgraph" / "configs" / "dilation"
 
 ARCHITECTURES = {  # the k = 1 reference configurations
     "gmn": {"hidden_dim": 128, "num_layers": 4, "dropout": 0.0},
@@ -89,7 +92,7 @@ def write_grid() -> None:
     missing = sorted(set(METANETS) - set(ARCHITECTURES))
     if missing:
         raise ValueError(f"ARCHITECTURES has no reference configuration for the registered metanets {missing}")
-    out = Path(__file__).with_name("dilation")
+    out = DILATION
     for arch, config in ARCHITECTURES.items():
         for k in KS:
             (out / f"{arch}_k{k}.yaml").write_text(config_text(arch, config, k, f"runs/dilation/{arch}_k{k}"))
@@ -97,7 +100,7 @@ def write_grid() -> None:
 
 def write_paper() -> None:
     """configs/dilation/paper/<row>_k<k>.yaml."""
-    out = Path(__file__).with_name("dilation") / "paper"
+    out = DILATION / "paper"
     out.mkdir(parents=True, exist_ok=True)
     for row, (arch, config, source) in PAPER.items():
         for k in KS:
