@@ -11,7 +11,6 @@ markdown table with the zoo's size and accuracy spread to ``--out``.
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 import torchmetrics
 from torch import nn
 
+from neuralgraph.bench.machine import cpu_description
 from neuralgraph.data.cnn_zoo import ZOO_FOLDER, CnnZooDataset, weight_statistics
 from neuralgraph.data.shards import read_manifest
 from neuralgraph.training.cli import run_lightning_cli
@@ -99,7 +99,7 @@ def main() -> None:
         f"{len(data['test'])} (split by network). Test accuracy quantiles 0/25/50/75/100%: "
         + " / ".join(f"{v:.3f}" for v in q) + ".",
         f"Every model trains {args.epochs} epochs and is tested at its best validation epoch; "
-        f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"{cpu_description()}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads.",
         "",
         f"StatNN's std over its seeds: Kendall tau {spread['kendall_tau']:.3f}, R^2 {spread['r2']:.3f} "

@@ -7,7 +7,8 @@ the planned runs they match, and all three together ask for exactly those runs.
 
 Each (architecture, k, seed) is trained by ``neuralgraph fit`` (one subprocess per run, so that
 its peak memory is its own) and tested at its best-validation checkpoint. Results: a JSON of raw
-runs and a markdown table in ``benchmarks/results/dilation_<protocol>_<machine>.{json,md}``.
+runs and a markdown table in ``benchmarks/results/dilation_<protocol>_<machine>.{json,md}``. This
+file is a description that ``neuralgraph.bench.main`` runs (docs/benchmarks.md, "Adding a benchmark").
 
 The runner is resumable. Each finished run is appended to the JSON as it completes (written to a
 temporary file, then renamed: a kill leaves the previous file whole), the markdown is regenerated
@@ -38,26 +39,21 @@ published numbers were measured on (docs/inr.md).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import statistics
 import sys
 from pathlib import Path
 
-import torch
-
+from neuralgraph.bench import Benchmark, Column, main
+from neuralgraph.bench.published import DILATION_MSE
+from neuralgraph.bench.runner import fit_arguments
+from neuralgraph.bench.tables import EPOCHS, HIDDEN_DIM, PARAMETERS, PEAK_MEMORY, mean_std, wall_minutes
+from neuralgraph.bench.widths import CPU_OPTIONS, REFERENCE, matched_width
 from neuralgraph.nn import METANETS
-from runner import fit_and_record, fit_arguments, load_runs, run_missing, select_runs, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 # The systems of the paper's dilation table at their published sizes: configs/dilation/paper/<row>_k<k>.yaml.
 PAPER_ROWS = ("nft", "np_nfn", "ng_gnn64", "ng_t64", "scalegmn_b", "scalegmn_b_gradmetanet", "gmn_gradmetanet", "dws",
               "gmn")
-# Options beside the width of a registered metanet in the cpu protocols. Two attention heads: widths
-# then move in steps of 2, fine enough to land within 5% of the budget.
-CPU_OPTIONS = {"ng_t": {"num_heads": 2}, "nft": {"num_heads": 2}}
 # The architecture table of the cpu protocols: name -> (registered metanet, options beside the width):
 # every registered metanet, then the probe- and gradient-feature variants.
 CPU_SYSTEMS = {
@@ -71,9 +67,6 @@ CPU_SYSTEMS = {
 CPU_DECODER_VARIANTS = {"gmn_coupled": ("gmn", "coupled"), "gmn_tied": ("gmn", "tied")}
 # Trained in another precision (Lightning's ``--trainer.precision``): name -> (cpu system, precision).
 CPU_PRECISION_VARIANTS = {"gmn_bf16": ("gmn", "bf16-mixed")}
-CPU_DEPTH = {"num_layers": 3, "dropout": 0.0}
-CPU_REFERENCE = ("gmn", {"hidden_dim": 64, **CPU_DEPTH})  # the k = 1 budget every cpu system is matched to
-BUDGET_TOLERANCE = 0.05
 # The protocols compare k output networks at the k = 1 budget as the paper does: the exact width
 # search (InrEditing's default aligns widths to multiples of 8 for speed, at 54-88% of the budget;
 # docs/benchmarks.md). Runs recorded before the setting existed were matched so.
@@ -108,54 +101,6 @@ PROTOCOLS = {
     },
 }
 
-# Published test MSE x1e-2 on MNIST INR dilation (2026 OCE paper and the works it compares to).
-PUBLISHED = [
-    ("NFT", "nft", 1, 5.10), ("NP-NFN", "np_nfn", 1, 2.55), ("NG-GNN-64", "ng_gnn64", 1, 2.06),
-    ("ScaleGMN-B", "scalegmn_b", 1, 1.89), ("NG-T-64", "ng_t64", 1, 1.75),
-    ("ScaleGMN + GradMetaNet++", "scalegmn_b_gradmetanet", 1, 1.60),
-    ("OCE DWS k=1", "dws", 1, 2.29), ("OCE DWS k=2", "dws", 2, 2.01), ("OCE DWS k=4", "dws", 4, 1.58),
-    ("OCE DWS k=8", "dws", 8, 1.36), ("OCE GMN k=1", "gmn", 1, 1.96), ("OCE GMN k=2", "gmn", 2, 1.69),
-    ("OCE GMN k=4", "gmn", 4, 1.19), ("OCE GMN k=8", "gmn", 8, 1.06),
-]
-
-
-def machine_name() -> str:
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0).replace(" ", "-").lower()
-    return f"cpu{torch.get_num_threads()}"
-
-
-def matched_width(name: str, metanet: str, options: dict, target: int, tolerance: float = BUDGET_TOLERANCE,
-                  count=None) -> dict:
-    """``CPU_DEPTH`` + ``options`` at the ``hidden_dim`` whose parameter count is nearest ``target``.
-
-    ``count(metanet, config)`` counts a model's parameters (default: metanet + k = 1 ``WeightDecoder``;
-    the classification benchmark counts its readout instead). Widths respect the metanetwork's
-    ``hidden_dim_multiple_of``; ValueError naming the system when the nearest is more than
-    ``tolerance`` (relative) away.
-    """
-    from neuralgraph.nn.budget import hidden_dim_step, model_parameters
-
-    config = {**CPU_DEPTH, **options}
-    step = hidden_dim_step(metanet, config)
-
-    def params(multiple: int) -> int:
-        sized = {**config, "hidden_dim": multiple * step}
-        return count(metanet, sized) if count else model_parameters(metanet, sized, 1)[0]
-
-    low, high = 1, 2  # grow high past the target, then bisect: params(low) <= target < params(high)
-    while params(high) <= target:
-        low, high = high, 2 * high
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if params(middle) <= target else (low, middle)
-    best = min((low, high), key=lambda m: abs(params(m) - target))
-    found = params(best)
-    if abs(found - target) > tolerance * target:
-        raise ValueError(f"{name}: no hidden_dim gives {target:,} parameters within {tolerance:.0%} "
-                         f"(nearest: {found:,} at hidden_dim={best * step})")
-    return {**config, "hidden_dim": best * step}
-
 
 def run_settings(protocol: dict, arch: str, k: int) -> dict:
     """What determines a run but its seed: config file, metanet, its config at k = 1, data, trainer
@@ -174,7 +119,7 @@ def run_settings(protocol: dict, arch: str, k: int) -> dict:
         from neuralgraph.nn.budget import model_parameters
 
         metanet, options = CPU_SYSTEMS[arch]
-        target = model_parameters(CPU_REFERENCE[0], CPU_REFERENCE[1], 1)[0]
+        target = model_parameters(REFERENCE[0], REFERENCE[1], 1)[0]
         config_file, metanet_config = config_path("dilation", "gmn", k), matched_width(arch, metanet, options, target)
     else:
         import yaml
@@ -189,7 +134,8 @@ def run_settings(protocol: dict, arch: str, k: int) -> dict:
 
 
 def run_arguments(settings: dict, seed: int, data_root: Path, out: Path) -> list[str]:
-    """``neuralgraph fit`` arguments of one run (resuming from ``out``'s last checkpoint if any).
+    """``neuralgraph fit`` arguments of one run (resuming from ``out``'s last checkpoint if any; the INRs
+    missing from ``data_root`` fitted on first use).
 
     The settings' k = 1 width is the run's ``reference_hidden_dim``: the task matches its width to that
     budget (at k = 1, the width itself).
@@ -200,7 +146,7 @@ def run_arguments(settings: dict, seed: int, data_root: Path, out: Path) -> list
     if "decoder_members" in settings:
         model["decoder_members"] = settings["decoder_members"]
     return fit_arguments(ROOT / settings["config"], seed, data_root, out, settings["metanet"], config,
-                         settings["data"], settings["trainer"], model)
+                         settings["data"], settings["trainer"], model, build=True)
 
 
 def config_path(folder: str, arch: str, k: int) -> Path:
@@ -211,90 +157,37 @@ def config_path(folder: str, arch: str, k: int) -> Path:
     return path
 
 
-def run_one(argv: list[str], result_path: Path) -> None:
-    """Child process: one fit (+ test at best validation), results to ``result_path``."""
-    metrics, record = fit_and_record(argv)
-    write_atomic(result_path, json.dumps({"test_mse": metrics["test/mse"], "test_psnr": metrics.get("test/psnr"),
-                                          **record}, indent=2))
+def mse(group) -> list[float]:
+    return [100 * r["test_mse"] for r in group.runs]
 
 
-def seeds_cell(values: list[float]) -> str:
-    """``mean ± std (n)`` of values over seeds, ``mean (1)`` for one, ``not run yet`` for none."""
-    if not values:
-        return "not run yet"
-    spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
-    return f"{statistics.mean(values):.3f}{spread} ({len(values)})"
+def k1_ratio(group) -> str:
+    """The ratio of the mean test MSE to the same model's k = 1 mean (empty at k = 1 or without k = 1 runs)."""
+    k1 = [100 * r["test_mse"] for r in group.report.runs if (r["arch"], r["k"]) == (group.system, 1)]
+    return f"{statistics.mean(mse(group)) / statistics.mean(k1):.2f}" if group.k != 1 and k1 else ""
 
 
-def summarize(runs: list[dict], protocol_name: str, machine: str, missing: list[tuple[str, int, int]]) -> str:
-    groups: dict[tuple[str, int], list[dict]] = {}
-    for r in runs:
-        groups.setdefault((r["arch"], r["k"]), []).append(r)
-    means = {key: statistics.mean(100 * r["test_mse"] for r in rs) for key, rs in groups.items()}
-    lines = [f"# MNIST INR dilation — protocol `{protocol_name}` on `{machine}`", "",
-             "Test MSE x1e-2 at the best-validation checkpoint (mean ± std over seeds); k/k1: the ratio of "
-             "the mean to the same model's k = 1 mean. Generated from the JSON beside this file.", "",
-             "| source | model | k | test MSE x1e-2 | k/k1 | parameters | hidden_dim | epochs | wall time (min) "
-             "| peak memory (MB) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for (arch, k), rs in sorted(groups.items()):
-        mses = [100 * r["test_mse"] for r in rs]
-        spread = f" ± {statistics.stdev(mses):.3f}" if len(mses) > 1 else ""
-        ratio = f"{means[arch, k] / means[arch, 1]:.2f}" if k != 1 and (arch, 1) in means else ""
-        memory = rs[0]["peak_cuda_mb"] if rs[0]["peak_cuda_mb"] is not None else rs[0]["peak_rss_mb"]
-        resumed = " (resumed)" if any(r.get("resumed") for r in rs) else ""
-        lines.append(f"| measured ({protocol_name}, seed{'s' * (len(rs) > 1)} {', '.join(str(r['seed']) for r in rs)}) "
-                     f"| {arch} | {k} | {statistics.mean(mses):.3f}{spread} | {ratio} | {rs[0]['parameters']:,} "
-                     f"| {rs[0]['hidden_dim']} | {rs[0]['epochs']} "
-                     f"| {statistics.mean(r['wall_s'] for r in rs) / 60:.1f}{resumed} | {memory:.0f} |")
-    for name, arch, k, mse in PUBLISHED:
-        lines.append(f"| published (full protocol) | {name} | {k} | {mse:.2f} | | | | 150 | | |")
-    if missing:
-        lines += ["", f"Not run yet ({len(missing)} of the protocol's runs): "
-                  + ", ".join(f"{arch} k={k} seed {seed}" for arch, k, seed in missing) + "."]
-    return "\n".join(lines) + "\n"
+def seeds(group) -> str:
+    runs = group.runs
+    return f"measured ({group.report.protocol_name}, seed{'s' * (len(runs) > 1)} {', '.join(str(r['seed']) for r in runs)})"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="smoke")
-    parser.add_argument("--archs", nargs="+", choices=sorted({*CPU_SYSTEMS, *CPU_DECODER_VARIANTS, *CPU_PRECISION_VARIANTS, *PAPER_ROWS}),
-                        help="systems (cpu protocols) or paper rows (full, smoke)")
-    parser.add_argument("--k", nargs="+", type=int)
-    parser.add_argument("--seeds", nargs="+", type=int)
-    parser.add_argument("--data-root", type=Path, default=None, help="INR folder (default: data/inrs-<protocol>)")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "benchmarks")
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--run-one", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.run_one:
-        run_one(args.run_one[1:], Path(args.run_one[0]))
-        return 0
-    protocol = PROTOCOLS[args.protocol]
-    data_root = args.data_root or ROOT / "data" / f"inrs-{args.protocol}"
-    plan = list(dict.fromkeys(  # the protocol's runs in its order, each once
-        (arch, k, seed) for archs, ks, seeds in protocol["plan"] for arch in archs for k in ks for seed in seeds))
-    todo = select_runs(plan, args.archs, args.k, args.seeds)
-    machine = machine_name()
-    args.results.mkdir(parents=True, exist_ok=True)
-    stem = args.results / f"dilation_{args.protocol}_{machine}"
-    runs = load_runs(stem.with_suffix(".json"))
-    settings = {(arch, k): run_settings(protocol, arch, k) for arch, k in dict.fromkeys((a, k) for a, k, _ in todo)}
-
-    def save() -> None:
-        done = {(r["arch"], r["k"], r["seed"]) for r in runs}
-        meta = {"protocol": args.protocol, "machine": machine, "platform": platform.platform(),
-                "torch": torch.__version__, "runs": runs}
-        write_atomic(stem.with_suffix(".json"), json.dumps(meta, indent=2))
-        write_atomic(stem.with_suffix(".md"),
-                     summarize(runs, args.protocol, machine, [run for run in plan if run not in done]))
-
-    run_missing(__file__, f"[{args.protocol}]", todo, runs, lambda arch, k: settings[arch, k], stem.with_suffix(".json"),
-                args.out / args.protocol, lambda arch, k, seed, out: run_arguments(settings[arch, k], seed, data_root, out),
-                save, lambda result: f"test MSE x1e-2 {100 * result['test_mse']:.3f}", recorded_before=RECORDED_BEFORE)
-    save()
-    print(stem.with_suffix(".md").read_text())
-    return 0
-
+BENCHMARK = Benchmark(
+    name="dilation", title="MNIST INR dilation", doc=__doc__, script=__file__, protocols=PROTOCOLS,
+    systems=sorted({*CPU_SYSTEMS, *CPU_DECODER_VARIANTS, *CPU_PRECISION_VARIANTS, *PAPER_ROWS}),
+    systems_help="systems (cpu protocols) or paper rows (full, smoke)", per_k=True,
+    settings=run_settings, arguments=run_arguments, recorded_before=RECORDED_BEFORE, runs_folder="",
+    result_fields={"test_mse": "test/mse", "test_psnr": "test/psnr?"},
+    progress=lambda result: f"test MSE x1e-2 {100 * result['test_mse']:.3f}",
+    intro=["Test MSE x1e-2 at the best-validation checkpoint (mean ± std over seeds); k/k1: the ratio of the mean to "
+           "the same model's k = 1 mean. Generated from the JSON beside this file."],
+    every_system=False,
+    columns=(Column("source", seeds), Column("model", lambda group: group.system), Column("k", lambda group: group.k),
+             Column("test MSE x1e-2", lambda group: mean_std(mse(group))), Column("k/k1", k1_ratio), PARAMETERS,
+             HIDDEN_DIM, EPOCHS, Column("wall time (min)", wall_minutes), PEAK_MEMORY),
+    extra_rows=lambda report: [["published (full protocol)", name, k, f"{value:.2f}", None, None, None, "150", None, None]
+                               for name, _, k, value in DILATION_MSE],
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(BENCHMARK))

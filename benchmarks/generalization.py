@@ -14,14 +14,14 @@ tanh networks alone).
 Each (system, seed) is trained by ``neuralgraph fit`` (``GeneralizationPrediction``: MSE on the test
 accuracy; one subprocess per run, so that its peak memory is its own) and tested at its
 best-validation checkpoint (lowest validation MSE); its test Kendall tau and R^2 are recorded.
-Resumable with the bookkeeping of ``benchmarks/dilation.py``: each finished run is appended to
+A description that ``neuralgraph.bench.main`` runs, with the resumable bookkeeping of every benchmark: each finished run is appended to
 ``benchmarks/results/generalization_<protocol>_<machine>.json`` (temporary file, then rename), the
 markdown beside it is regenerated from it, a rerun skips the runs it holds, a run killed mid-fit
 resumes from its ``last.ckpt``, and a recorded run whose settings differ from the current ones is
 an error naming the field.
 
 Systems (:data:`SYSTEMS`), each at the width whose model (metanetwork + readout) has the parameter
-count nearest GMN's at hidden 64 and 3 layers, within 5% (dilation's ``matched_width``; 10% for DWS
+count nearest GMN's at hidden 64 and 3 layers, within 5% (``neuralgraph.bench.widths.matched_width``; 10% for DWS
 and NFN-HNP, :data:`COARSE_TOLERANCE`):
 
 * every registered metanetwork whose symmetry holds on the mixed relu/tanh zoo, and StatNN
@@ -43,34 +43,22 @@ Protocols:
 from __future__ import annotations
 
 import functools
-import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
-import yaml
 
-from dilation import CPU_DEPTH, CPU_OPTIONS, machine_name, matched_width
-from machine import cpu_description
+from neuralgraph.bench import Benchmark, Column, Data, main
+from neuralgraph.bench.benchmark import write_fit_config
+from neuralgraph.bench.machine import cpu_description
+from neuralgraph.bench.published import CIFAR10_GS_TAU
+from neuralgraph.bench.tables import EPOCHS, HIDDEN_DIM, PARAMETERS, SYSTEM, published_column, seeds_column, wall_column
+from neuralgraph.bench.widths import BUDGET_TOLERANCE, CPU_OPTIONS, REFERENCE, matched_width, readout_parameters
 from neuralgraph.nn import METANETS
-from runner import (
-    fit_and_record,
-    fit_arguments,
-    load_runs,
-    protocol_runs,
-    results_saver,
-    run_missing,
-    seeded_parser,
-    write_atomic,
-)
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 CONFIGS = ROOT / "configs" / "generalization"
 LAYER_FEATURES = [9, 9, 9, 1]  # real edge features of the zoo's weight layers: three 3x3 kernels, the classifier
-REFERENCE = ("gmn", {"hidden_dim": 64, **CPU_DEPTH})  # the budget every system is matched to
-BUDGET_TOLERANCE = 0.05
 # systems whose parameter count moves in steps coarser than 5% of the budget per unit of width (the
 # weight-space layers' count grows with the width squared times the 9 kernel features): the nearest width
 COARSE_TOLERANCE = {"dws": 0.10, "nfn_hnp": 0.10}
@@ -110,11 +98,6 @@ PROTOCOLS = {
     },
 }
 
-# Published Kendall tau on CIFAR10-GS of the Small CNN Zoo (CIFAR-10 networks, 30k trained 86 epochs;
-# NFN, NG-GNN/NG-T papers' tables): (name, our system).
-PUBLISHED = [("StatNN", "statnn", 0.915), ("NFN-NP", "nfn_np", 0.922), ("NFN-HNP", "nfn_hnp", 0.934),
-             ("NFT", "nft", 0.926), ("NG-GNN", "ng_gnn", 0.930), ("NG-T", "ng_t", 0.935)]
-
 
 @functools.lru_cache(maxsize=None)
 def zoo_spec(activations: tuple[str, ...]):
@@ -131,11 +114,7 @@ def zoo_spec(activations: tuple[str, ...]):
 
 def model_parameters(metanet: str, config: dict, activations: tuple[str, ...] = ("relu", "tanh")) -> int:
     """Trainable parameters of ``GeneralizationPrediction``'s model on the zoo: the metanetwork and its readout."""
-    from neuralgraph.nn import build_metanet
-    from neuralgraph.nn.budget import count_trainable
-
-    model = build_metanet(metanet, spec=zoo_spec(activations), **config)
-    return count_trainable(model) + count_trainable(model.readout(1))
+    return readout_parameters(metanet, config, 1, zoo_spec(activations))
 
 
 def subset_activations(subset) -> tuple[str, ...]:
@@ -158,27 +137,17 @@ def budget_config(system: str) -> dict:
 
 def write_configs() -> list[Path]:
     """``configs/generalization/<system>.yaml`` for every system, at the matched width."""
-    CONFIGS.mkdir(parents=True, exist_ok=True)
-    written = []
-    for system, (metanet, _, subset) in SYSTEMS.items():
-        root = "data/small_cnn_zoo_cpu-" + ("imported" if subset is None else subset)
-        config = {
-            "seed_everything": 0,
-            "model": {"class_path": "neuralgraph.training.tasks.GeneralizationPrediction",
-                      "init_args": {"metanet": metanet, "metanet_config": budget_config(system)}},
-            "data": {"class_path": "neuralgraph.training.cnn_zoo_datamodule.CnnZooDataModule",
-                     "init_args": {"root": root, "batch_size": 32}},
-            "trainer": {"max_epochs": PROTOCOLS["cpu"]["trainer"]["max_epochs"],
-                        "default_root_dir": f"runs/generalization/{system}"},
-        }
-        path = CONFIGS / f"{system}.yaml"
-        header = (f"# Generalization prediction (benchmarks/generalization.py): {system} at GMN's hidden-64 budget"
-                  + ("" if subset is None else f", on the zoo's {subset} networks") + ".\n"
-                  "# The zoo: neuralgraph make-cnn-zoo --preset small-cnn-zoo, imported with "
-                  "neuralgraph import-dataset small-cnn-zoo (docs/benchmarks.md).\n")
-        path.write_text(header + yaml.safe_dump(config, sort_keys=False))
-        written.append(path)
-    return written
+    return [write_fit_config(
+        CONFIGS / f"{system}.yaml",
+        f"# Generalization prediction (benchmarks/generalization.py): {system} at GMN's hidden-64 budget"
+        + ("" if subset is None else f", on the zoo's {subset} networks") + ".\n"
+        "# The zoo: neuralgraph make-cnn-zoo --preset small-cnn-zoo, imported with "
+        "neuralgraph import-dataset small-cnn-zoo (docs/benchmarks.md).\n",
+        "neuralgraph.training.tasks.GeneralizationPrediction", {"metanet": metanet, "metanet_config": budget_config(system)},
+        "neuralgraph.training.cnn_zoo_datamodule.CnnZooDataModule",
+        {"root": "data/small_cnn_zoo_cpu-" + ("imported" if subset is None else subset), "batch_size": 32},
+        {"max_epochs": PROTOCOLS["cpu"]["trainer"]["max_epochs"], "default_root_dir": f"runs/generalization/{system}"})
+        for system, (metanet, _, subset) in SYSTEMS.items()]
 
 
 def prepare_zoo(protocol: dict, zoo: Path, subsets: set) -> dict:
@@ -199,38 +168,6 @@ def prepare_zoo(protocol: dict, zoo: Path, subsets: set) -> dict:
     return folders
 
 
-def run_settings(protocol: dict, system: str) -> dict:
-    """What determines a run but its seed: config file, metanet and its config, zoo, subset, trainer."""
-    config = CONFIGS / f"{system}.yaml"
-    if not config.is_file():
-        raise FileNotFoundError(f"{config.relative_to(ROOT)}: no config for {system} (--write-configs writes them)")
-    init_args = yaml.safe_load(config.read_text())["model"]["init_args"]
-    return {"config": str(config.relative_to(ROOT)), "metanet": init_args["metanet"],
-            "metanet_config": {**init_args["metanet_config"], **protocol.get("metanet_config", {})},
-            "zoo": protocol["zoo"], "subset": SYSTEMS[system][2], "batch_size": protocol["batch_size"],
-            "trainer": protocol["trainer"]}
-
-
-def run_arguments(settings: dict, seed: int, data_root: Path, out: Path) -> list[str]:
-    """``neuralgraph fit`` arguments of one run (``benchmarks/runner.py``; resuming from ``out``'s last
-    checkpoint if any)."""
-    return fit_arguments(ROOT / settings["config"], seed, data_root, out, settings["metanet"],
-                         settings["metanet_config"], {"batch_size": settings["batch_size"]}, settings["trainer"])
-
-
-def run_one(argv: list[str], result_path: Path) -> None:
-    """Child process: one fit (+ test at best validation, ``benchmarks/runner.py``), results to ``result_path``."""
-    metrics, record = fit_and_record(argv)
-    write_atomic(result_path, json.dumps({"kendall_tau": metrics["test/kendall_tau"], "r2": metrics["test/r2"],
-                                          **record, "threads": torch.get_num_threads()}, indent=2))
-
-
-def cell(values: list[float]) -> str:
-    """``mean ± std (n)`` over seeds."""
-    spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
-    return f"{statistics.mean(values):.3f}{spread} ({len(values)})"
-
-
 def zoo_description(folders: dict) -> list[str]:
     """Split sizes and the test split's accuracy quartiles of each imported folder."""
     from neuralgraph.data.cnn_zoo import CnnZooDataset
@@ -246,83 +183,49 @@ def zoo_description(folders: dict) -> list[str]:
     return lines
 
 
-def summarize(runs: list[dict], systems: list[str], protocol_name: str, machine: str, folders: dict,
-              missing: list[tuple[str, int]]) -> str:
-    """The markdown table: one row per system of the plan, the published CIFAR10-GS column beside ours."""
-    protocol = PROTOCOLS[protocol_name]
-    zoo = protocol["zoo"]
-    lines = [f"# Generalization prediction on a Small-CNN-Zoo-format MNIST zoo — protocol `{protocol_name}` on "
-             f"`{machine}`", "",
-             f"Zoo: `make-cnn-zoo --preset small-cnn-zoo`, {zoo['networks']:,} networks of the Small CNN Zoo's "
-             f"architecture and hyperparameter distribution, trained on the first {zoo['train_size']:,} "
-             f"{zoo['source']} MNIST training images (each on its fraction of them), batches of {zoo['batch_size']}, "
-             f"checkpoints at epochs {zoo['checkpoint_epochs']}, test accuracy on the first {zoo['test_size']:,} test "
-             f"images; imported with `import-dataset small-cnn-zoo` at epoch {zoo['checkpoint_epochs'][-1]} (NFN's "
-             "split):", "", *zoo_description(folders), "",
-             f"Every model trains {protocol['trainer']['max_epochs']} epoch(s) (batch {protocol['batch_size']}) and is "
-             "tested at its best-validation checkpoint (lowest validation MSE); mean ± std over seeds (n); every "
-             "system at the width whose model (metanetwork + readout) is nearest GMN's at hidden 64, within 5% ("
-             + ", ".join(f"{name} {tolerance:.0%}" for name, tolerance in COARSE_TOLERANCE.items())
-             + ": their counts move in coarser steps)"
-             + (f"; this protocol overrides {protocol['metanet_config']}" if "metanet_config" in protocol else "")
-             + f". CPU: "
-             f"{cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.", "",
-             "The published column is **another dataset**: Kendall tau on CIFAR10-GS of the released Small CNN Zoo "
-             "(CIFAR-10 networks, 30k trained 86 epochs), from the NFN and NG-GNN/NG-T papers; it is there for "
-             "reference, not as a target these numbers should reach.", "",
-             "| system | Kendall tau | R^2 | published tau, CIFAR10-GS (other dataset) | parameters | hidden_dim "
-             "| epochs | wall time per run (min) | threads |", "|---|---|---|---|---|---|---|---|---|"]
-    for system in systems:
-        rs = [r for r in runs if r["arch"] == system]
-        published = "; ".join(f"{value:.3f} ({name})" for name, arch, value in PUBLISHED if arch == system)
-        if not rs:
-            lines.append(f"| {system} | not run yet | | {published} | | | | | |")
-            continue
-        resumed = " (resumed)" if any(r["resumed"] for r in rs) else ""
-        lines.append(f"| {system} | {cell([r['kendall_tau'] for r in rs])} | {cell([r['r2'] for r in rs])} "
-                     f"| {published} | {rs[0]['parameters']:,} | {rs[0]['hidden_dim']} | {rs[0]['epochs']} "
-                     f"| {statistics.mean(r['wall_s'] for r in rs) / 60:.1f}{resumed} | {rs[0]['threads']} |")
-    for name, reason in REFUSED.items():
-        lines.append(f"| {name} (every network) | not run: {reason} | | | | | | | |")
-    if missing:
-        lines += ["", f"Not run yet ({len(missing)} of the protocol's runs): "
-                  + ", ".join(f"{system} seed {seed}" for system, seed in missing) + "."]
-    return "\n".join(lines) + "\n"
+def zoo_paragraph(report) -> str:
+    zoo = report.protocol["zoo"]
+    return (f"Zoo: `make-cnn-zoo --preset small-cnn-zoo`, {zoo['networks']:,} networks of the Small CNN Zoo's "
+            f"architecture and hyperparameter distribution, trained on the first {zoo['train_size']:,} "
+            f"{zoo['source']} MNIST training images (each on its fraction of them), batches of {zoo['batch_size']}, "
+            f"checkpoints at epochs {zoo['checkpoint_epochs']}, test accuracy on the first {zoo['test_size']:,} test "
+            f"images; imported with `import-dataset small-cnn-zoo` at epoch {zoo['checkpoint_epochs'][-1]} (NFN's "
+            "split):")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = seeded_parser(__doc__, PROTOCOLS, SYSTEMS, ROOT / "runs" / "benchmarks" / "generalization", RESULTS)
-    parser.add_argument("--zoo", type=Path, default=None, help="preset zoo folder (default: data/small_cnn_zoo_<protocol>)")
-    parser.add_argument("--write-configs", action="store_true", help="write configs/generalization/*.yaml and exit")
-    args = parser.parse_args(argv)
-    if args.run_one:
-        run_one(args.run_one[1:], Path(args.run_one[0]))
-        return 0
-    if args.write_configs:
-        for path in write_configs():
-            print(path.relative_to(ROOT))
-        return 0
-    protocol = PROTOCOLS[args.protocol]
-    plan, todo, systems = protocol_runs(protocol, args.archs, args.seeds)
-    settings = {system: run_settings(protocol, system) for system in systems}
-    zoo = args.zoo or ROOT / "data" / f"small_cnn_zoo_{args.protocol}"
-    folders = prepare_zoo(protocol, zoo, {SYSTEMS[system][2] for system, _ in todo} | {None})
-    machine = machine_name()
-    args.results.mkdir(parents=True, exist_ok=True)
-    stem = args.results / f"generalization_{args.protocol}_{machine}"
-    runs = load_runs(stem.with_suffix(".json"))
-    save = results_saver(stem, runs, plan,
-                         lambda missing: summarize(runs, systems, args.protocol, machine, folders, missing),
-                         protocol=args.protocol, machine=machine, cpu=cpu_description())
+def training_paragraph(report) -> str:
+    protocol = report.protocol
+    return (f"Every model trains {protocol['trainer']['max_epochs']} epoch(s) (batch {protocol['batch_size']}) and is "
+            "tested at its best-validation checkpoint (lowest validation MSE); mean ± std over seeds (n); every "
+            "system at the width whose model (metanetwork + readout) is nearest GMN's at hidden 64, within 5% ("
+            + ", ".join(f"{name} {tolerance:.0%}" for name, tolerance in COARSE_TOLERANCE.items())
+            + ": their counts move in coarser steps)"
+            + (f"; this protocol overrides {protocol['metanet_config']}" if "metanet_config" in protocol else "")
+            + f". CPU: {cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.")
 
-    run_missing(__file__, f"[{args.protocol}]", [(system, 1, seed) for system, seed in todo], runs,
-                lambda system, _: settings[system], stem.with_suffix(".json"), args.out / args.protocol,
-                lambda system, _, seed, out: run_arguments(settings[system], seed, folders[SYSTEMS[system][2]], out),
-                save, lambda result: f"Kendall tau {result['kendall_tau']:.3f}, R^2 {result['r2']:.3f}", name_k=False)
-    save()
-    print(stem.with_suffix(".md").read_text())
-    return 0
 
+BENCHMARK = Benchmark(
+    name="generalization", title="Generalization prediction on a Small-CNN-Zoo-format MNIST zoo", doc=__doc__,
+    script=__file__, protocols=PROTOCOLS, systems=tuple(SYSTEMS), configs="generalization",
+    recorded=("zoo", "batch_size", "trainer"), system_settings=lambda system: {"subset": SYSTEMS[system][2]},
+    data=Data(option="--zoo", default="data/small_cnn_zoo_{protocol}",
+              help="preset zoo folder (default: data/small_cnn_zoo_<protocol>)",
+              prepare=lambda protocol, zoo, systems: prepare_zoo(protocol, zoo, {SYSTEMS[s][2] for s in systems} | {None}),
+              root=lambda folders, system: folders[SYSTEMS[system][2]],
+              fit=lambda settings: {"batch_size": settings["batch_size"]}),
+    write_configs=write_configs,
+    result_fields={"kendall_tau": "test/kendall_tau", "r2": "test/r2"},
+    progress=lambda result: f"Kendall tau {result['kendall_tau']:.3f}, R^2 {result['r2']:.3f}",
+    intro=[zoo_paragraph, lambda report: "\n".join(zoo_description(report.data)), training_paragraph,
+           "The published column is **another dataset**: Kendall tau on CIFAR10-GS of the released Small CNN Zoo "
+           "(CIFAR-10 networks, 30k trained 86 epochs), from the NFN and NG-GNN/NG-T papers; it is there for "
+           "reference, not as a target these numbers should reach."],
+    columns=(SYSTEM, seeds_column("Kendall tau", "kendall_tau"), seeds_column("R^2", "r2"),
+             published_column("published tau, CIFAR10-GS (other dataset)", CIFAR10_GS_TAU, 2, ".3f"),
+             PARAMETERS, HIDDEN_DIM, EPOCHS, wall_column(), Column("threads", lambda group: group.runs[0]["threads"])),
+    extra_rows=lambda report: [[f"{name} (every network)", f"not run: {reason}", *[None] * 7]
+                               for name, reason in REFUSED.items()],
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(BENCHMARK))

@@ -36,12 +36,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from neuralgraph.bench.machine import cpu_description, cpu_short, machine_name
+from neuralgraph.bench.published import GRAPH_SIZE_LIMITS
+from neuralgraph.bench.runner import load_runs, write_atomic
 from neuralgraph.graph import GraphSpec, mlp_to_graph, module_to_graph
 from neuralgraph.nn import build_metanet
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_description, cpu_short  # noqa: E402
-from runner import load_runs, write_atomic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -58,11 +57,9 @@ OPTIONS = {
     "edge_chunk+bf16_edges": {"edge_chunk": EDGE_CHUNK, "edge_dtype": torch.bfloat16},
 }
 MODELS = ("gmn", "ng_gnn")
-# What the anchors report as their limit at batch 1 (neural-graphs' rebuttal): the largest SIREN each ran.
+# Where each input stands against the largest SIREN each anchor ran at batch 1 (GRAPH_SIZE_LIMITS).
 ANCHORS = {"siren1024": "NG-GNN and NFN: their limit", "siren2048": "DWS: its limit (NG-GNN, NFN: beyond)",
            "siren4096": "beyond every anchor", "resnet18": ""}
-ANCHOR_LIMITS = (("NG-T", (2, 512, 1024, 3)), ("NG-GNN", (2, 1024, 2048, 3)), ("NFN", (2, 1024, 2048, 3)),
-                 ("DWS", (2, 2048, 4096, 3)))
 OUT_OF_MEMORY = ("can't allocate memory", "MemoryError", "out of memory", "std::bad_alloc")
 # The float32 option that keeps the least: an input it cannot run within the limit, the other float32 options cannot
 # either (the bf16 ones keep less and are run).
@@ -183,10 +180,6 @@ def child(arguments: list[str], result: Path, limit_gib: float) -> None:
     result.write_text(json.dumps(record))
 
 
-def machine_name() -> str:
-    return f"cpu{torch.get_num_threads()}"
-
-
 def implied_out_of_memory(runs: list[dict], model: str, input_name: str, option: str) -> str | None:
     """Why ``(model, input, option)`` runs out of memory without running it: a smaller SIREN did with that
     option, or this input did with :data:`LEANEST`; ``None`` when neither is recorded."""
@@ -237,7 +230,7 @@ def summarize(runs: list[dict], machine: str) -> str:
     lines += ["", "\"out of memory (as ...)\": not run, since a smaller SIREN with that option, or this input with "
               f"`{LEANEST}` (which keeps the least), ran out of memory.",
               "", "Anchors' limits at batch 1 (neural-graphs' rebuttal): "
-              + "; ".join(f"{name} {layout}" for name, layout in ANCHOR_LIMITS) + "."]
+              + "; ".join(f"{name} {layout}" for name, layout in GRAPH_SIZE_LIMITS) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -255,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.run_one:
         child(args.run_one[1:], Path(args.run_one[0]), args.limit_gib)
         return 0
-    machine = machine_name()
+    machine = machine_name("cpu")  # the cases run on the CPU, a GPU or not
     args.results.mkdir(parents=True, exist_ok=True)
     stem = args.results / f"graph_size_{machine}"
     runs = load_runs(stem.with_suffix(".json"))

@@ -22,12 +22,13 @@ import argparse
 import dataclasses
 import json
 import math
-import platform
 import time
 from pathlib import Path
 
 import torch
 
+from neuralgraph.bench.machine import cpu_short
+from neuralgraph.bench.published import DWS_INRS_GP
 from neuralgraph.commands.inr_stats import DWS_REFERENCE_STD
 from neuralgraph.data.generate import INR_FOLDER, inr_seed, split_digits
 from neuralgraph.data.inr_dataset import InrDataset
@@ -39,7 +40,7 @@ from neuralgraph.theory.quantize import quantize_mlp
 # The INR set released with DWSNets (60,000 MNIST SIRENs): per-layer std (as inr-stats prints
 # it), and the share of INRs in bias GP after quantization (published table; 16, 12, 8 bits).
 RELEASED_STD = DWS_REFERENCE_STD
-RELEASED_GP = {16: 97.98, 12: 72.66, 8: 0.62}
+RELEASED_GP = DWS_INRS_GP
 SCHEMES = ("fp16", "tensor", "layer")
 QUANTILES = (0.05, 0.5, 0.95)
 
@@ -103,7 +104,7 @@ def measure(name: str, result: FitResult, convention: SirenConvention, config: F
             result.psnr.double(), torch.tensor(QUANTILES, dtype=torch.float64)).tolist())),
         "stopped_early": (result.steps < config.steps).double().mean().item(),
         "mean_steps": result.steps.double().mean().item(), "seconds": seconds,
-        "threads": torch.get_num_threads(), "machine": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(), "machine": cpu_short(),
     }
 
 

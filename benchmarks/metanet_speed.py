@@ -16,15 +16,13 @@
 * the sparse GMN layer stack against a dense implementation of the same layers, with a
   ``[B, N, N, d]`` edge tensor as some public code does (same parameters, outputs checked equal);
 * the message-passing metanetworks (``gmn``, ``ng_gnn``, ``ng_t``, ``nft``) at the widths of
-  their configs (``configs/dilation/<name>_k1.yaml``) against the same architectures as of git
-  commit ``--baseline`` (default :data:`BASELINE_COMMIT`), loaded from git at run time
-  (:func:`pinned_neuralgraph`) with the same parameters, outputs checked equal: new code as
-  selected automatically (dense blocks on this one-layout batch), new code forced onto the
-  general path (``encoder.dense = False``), and the old code both ways (``--only-baseline``: this
-  alone);
-  with ``--compile``, also the new code with each layer compiled by ``torch.compile`` in place (as
+  their configs (``configs/dilation/<name>_k1.yaml``) on the path selected automatically (dense
+  blocks on this one-layout batch) against the baseline every batch can take, the same model
+  forced onto the general path (``encoder.dense = False``), same parameters, outputs checked
+  equal (``--only-baseline``: this alone);
+  with ``--compile``, also the model with each layer compiled by ``torch.compile`` in place (as
   the tasks' ``compile`` option does), its compilation time (the first fwd+bwd step) reported apart;
-  with ``--bf16``, also the new code (and, with ``--compile``, the compiled layers) under bfloat16
+  with ``--bf16``, also the automatic path (and, with ``--compile``, the compiled layers) under bfloat16
   autocast, as ``--trainer.precision bf16-mixed`` trains (fast where the CPU multiplies bfloat16
   natively, e.g. AMX; not equal to float32, its output difference is printed);
 * parameter counts at the configurations of the papers (GMN d=128, 10 layers; DWS hidden 32,
@@ -32,47 +30,42 @@
 
 Every contender is timed interleaved with the others in the same process (one step of each,
 then the next repetition), and the median over repetitions is reported, because the machine
-may be shared.
+may be shared. Everything timed here is the code of this checkout (or the ``nfn`` package): two
+versions of neuralgraph (before and after a change) are compared by running this script in a
+checkout of each, alternately (docs/benchmarks.md, "Adding a benchmark", says how).
 
 Run: ``python benchmarks/metanet_speed.py [--threads 1] [--repeats 5] [--widths 32 64 128]``; the whole-metanet
 table alone: ``--only-whole [--whole-widths 64 128] [--whole-threads 1 2]``.
+
+``--only-rates`` times training steps on ``--device`` (default: CUDA when present) instead: per architecture
+of ``--archs``, batch of ``--batches`` and precision of ``--precisions`` (``32``, ``bf16-mixed``), graphs/s of a
+fwd+bwd step as a training step takes it (the batch's weights and facts read on the CPU, then moved) and the
+peak memory (CUDA's peak allocation; on the CPU the process's peak resident memory), each architecture's
+results written to ``--json-dir`` as soon as they exist (``benchmarks/gpu.sh`` runs it).
 """
 from __future__ import annotations
 
 import argparse
-import atexit
-import importlib
-import io
 import os
-import re
-import shutil
 import statistics
-import subprocess
-import sys
-import tarfile
-import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Callable
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.typing import WITH_TORCH_SCATTER
 
+from neuralgraph.bench.machine import cpu_description
 from neuralgraph.graph import mlp_to_graph
 from neuralgraph.nn import METANETS, build_metanet
 from neuralgraph.nn.budget import count_trainable
 from neuralgraph.nn.gmn import GMN, GMNLayer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import cpu_description  # noqa: E402
-
 LAYOUT = (2, 32, 32, 1)
 PAPER_CONFIGS = {"gmn": {"hidden_dim": 128, "num_layers": 10}, "dws": {"hidden_dim": 32, "num_layers": 4}}
 NFN_PEERS = {"dws": "HNPLinear", "nfn_hnp": "HNPLinear", "nfn_np": "NPLinear"}
-BASELINE_COMMIT = "77cece5"  # main before the message-passing speed-ups (issue #12)
-BASELINE_METANETS = ("gmn", "ng_gnn", "ng_t", "nft")
+BASELINE_METANETS = ("gmn", "ng_gnn", "ng_t", "nft")  # timed on their automatic path against the general one
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -86,62 +79,20 @@ def config_width(name: str) -> int:
     return int(yaml.safe_load(path.read_text())["model"]["init_args"]["metanet_config"]["hidden_dim"])
 
 
-def pinned_neuralgraph(commit: str = BASELINE_COMMIT) -> ModuleType:
-    """The ``neuralgraph`` package as of git ``commit``, imported beside the current one.
-
-    ``git archive`` extracts the package into a temporary directory (removed at exit) under the
-    name ``neuralgraph_<commit>``, with its own imports renamed, so its metanetworks register in
-    their own ``METANETS`` and share no module with the working tree. Returns its ``nn`` package.
-    """
-    alias = f"neuralgraph_{re.sub(r'[^0-9A-Za-z]', '_', commit)}"
-    if alias in sys.modules:
-        return importlib.import_module(f"{alias}.nn")
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", commit, "neuralgraph"],
-                             capture_output=True)
-    if archive.returncode:
-        raise RuntimeError(f"git archive {commit} neuralgraph failed in {REPO}: {archive.stderr.decode().strip()}")
-    directory = Path(tempfile.mkdtemp(prefix="neuralgraph_pinned_"))
-    atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        for member in tar.getmembers():
-            if not member.isfile():
-                continue
-            target = directory / alias / Path(member.name).relative_to("neuralgraph")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            content = tar.extractfile(member).read()
-            if member.name.endswith(".py"):
-                content = re.sub(rb"\bneuralgraph(?=\.)", alias.encode(), content)
-            target.write_bytes(content)
-    sys.path.insert(0, str(directory))
-    return importlib.import_module(f"{alias}.nn")
-
-
-def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync,
-                   compiled: bool = False, bf16: bool = False) -> tuple[dict, dict]:
-    """Fwd+bwd steps of ``name`` now (path chosen automatically, forced general, with ``compiled``
-    the automatic path with its layers compiled, lazily: the first step compiles, with ``bf16`` the
-    automatic path (and the compiled one) under bfloat16 autocast) and at the pinned commit (path
-    chosen automatically, and forced general: ``encoder.dense = False``, which a commit without
-    the switch ignores), same parameters; and the max |output difference| of each new path from
-    the old code."""
-    current = build_metanet(name, **cfg).to(graph.x.device)
+def baseline_steps(name: str, graph, cfg: dict, sync, compiled: bool = False,
+                   bf16: bool = False) -> tuple[dict, dict]:
+    """Fwd+bwd steps of ``name`` on the path chosen automatically (``new``) and forced onto the general
+    path (``general``, ``encoder.dense = False``: the baseline), same parameters; with ``compiled`` the
+    automatic path with its layers compiled, lazily (the first step compiles); with ``bf16`` the
+    automatic path (and the compiled one) under bfloat16 autocast. Also the max |output difference|
+    of each from the general path's output."""
     general = build_metanet(name, **cfg).to(graph.x.device)
-    general.load_state_dict(current.state_dict())
     general.encoder.dense = False
-    if name not in pinned.METANETS:
-        raise ValueError(f"metanet {name!r} is not registered at the baseline commit; known: {sorted(pinned.METANETS)}")
-    old = pinned.build_metanet(name, **cfg).to(graph.x.device)
-    missing = old.load_state_dict(current.state_dict(), strict=False)
-    if missing.missing_keys or missing.unexpected_keys:
-        raise ValueError(f"{name}: parameters differ from the baseline's (missing {missing.missing_keys}, "
-                         f"unexpected {missing.unexpected_keys}); checkpoints would not load either")
-    old_general = pinned.build_metanet(name, **cfg).to(graph.x.device)
-    old_general.load_state_dict(old.state_dict())
-    old_general.encoder.dense = False
-    models = {"new": current, "general": general, "old": old, "old_general": old_general}
+    models = {"new": build_metanet(name, **cfg).to(graph.x.device), "general": general}
+    models["new"].load_state_dict(general.state_dict())
     if compiled:
         models["compiled"] = build_metanet(name, **cfg).to(graph.x.device)
-        models["compiled"].load_state_dict(current.state_dict())
+        models["compiled"].load_state_dict(general.state_dict())
         for layer in models["compiled"].layers:
             layer.compile()
     forwards = {path: (lambda model=model: model(graph)) for path, model in models.items()}
@@ -149,9 +100,9 @@ def baseline_steps(name: str, graph, cfg: dict, pinned: ModuleType, sync,
         for path in [path for path in ("new", "compiled") if path in models]:
             forwards[f"{path}_bf16"] = lambda model=models[path]: bf16_forward(model, graph)
     with torch.no_grad():
-        reference = old(graph)
+        reference = general(graph)
         differences = {path: max((a - b).abs().max().item() for a, b in zip(forward(), reference))
-                       for path, forward in forwards.items() if not path.startswith("old")}
+                       for path, forward in forwards.items() if path != "general"}
     return {path: backward_step(forward, sync) for path, forward in forwards.items()}, differences
 
 
@@ -162,13 +113,12 @@ def bf16_forward(model: nn.Module, graph) -> tuple[Tensor, ...]:
 
 
 def baseline_comparison(graph, args, sync) -> dict:
-    """Throughput of :data:`BASELINE_METANETS` now against ``args.baseline``, interleaved in one run."""
-    pinned = pinned_neuralgraph(args.baseline)
+    """Throughput of :data:`BASELINE_METANETS` on their automatic path against the general path, interleaved."""
     steps, differences, widths, compile_seconds = {}, {}, {}, {}
     for name in args.baseline_metanets:
         widths[name] = args.baseline_width or config_width(name)
         cfg = {"hidden_dim": widths[name], "num_layers": args.num_layers, "max_layers": len(LAYOUT) - 1}
-        paths, differences[name] = baseline_steps(name, graph, cfg, pinned, sync, args.compile, args.bf16)
+        paths, differences[name] = baseline_steps(name, graph, cfg, sync, args.compile, args.bf16)
         if args.compile:  # the first training step compiles forward and backward (again under autocast)
             start = time.perf_counter()
             paths["compiled"]()
@@ -177,64 +127,62 @@ def baseline_comparison(graph, args, sync) -> dict:
                 paths["compiled_bf16"]()
         steps.update({(name, path): step for path, step in paths.items()})
     rates = interleaved_rates(steps, args.batch, args.repeats)
-    print(f"\nmessage-passing metanets now vs git {args.baseline}, {args.num_layers} layers, fwd+bwd, batch "
-          f"{args.batch}, median of {args.repeats} interleaved repetitions (graphs/s); max |output - old output|")
-    compiled_header = f"{'compiled':>9}{'comp/old':>9}{'comp/new':>9}{'comp diff':>10}{'compile s':>10}" if args.compile else ""
-    bf16_header = f"{'bf16':>9}{'bf16/old':>9}{'bf16/new':>9}{'bf16 diff':>10}" if args.bf16 else ""
+    print(f"\nmessage-passing metanets, automatic path (dense blocks) vs the general path, {args.num_layers} layers, "
+          f"fwd+bwd, batch {args.batch}, median of {args.repeats} interleaved repetitions (graphs/s); "
+          "max |output - general path's output|")
+    compiled_header = f"{'compiled':>9}{'comp/gen':>9}{'comp/new':>9}{'comp diff':>10}{'compile s':>10}" if args.compile else ""
+    bf16_header = f"{'bf16':>9}{'bf16/gen':>9}{'bf16/new':>9}{'bf16 diff':>10}" if args.bf16 else ""
     if args.bf16 and args.compile:
-        bf16_header += f"{'comp+bf16':>10}{'c+b/old':>9}"
-    print(f"{'metanet':<9}{'d':>5}{'new':>9}{'general':>9}{'old':>9}{'old gen':>9}{'new/old':>9}{'gen/old':>9}"
-          f"{'gen/ogen':>9}{'new diff':>10}{'gen diff':>10}{compiled_header}{bf16_header}")
+        bf16_header += f"{'comp+bf16':>10}{'c+b/new':>9}"
+    print(f"{'metanet':<9}{'d':>5}{'new':>9}{'general':>9}{'new/gen':>9}{'new diff':>10}{compiled_header}{bf16_header}")
     table = {}
     for name in args.baseline_metanets:
-        new, general, old, old_general = (rates[(name, path)] for path in ("new", "general", "old", "old_general"))
-        table[name] = {"hidden_dim": widths[name], "new": new, "general": general, "old": old,
-                       "old_general": old_general, "difference": differences[name]["new"],
-                       "general_difference": differences[name]["general"]}
-        row = (f"{name:<9}{widths[name]:>5}{new:>9.1f}{general:>9.1f}{old:>9.1f}{old_general:>9.1f}{new / old:>8.2f}x"
-               f"{general / old:>8.2f}x{general / old_general:>8.2f}x{differences[name]['new']:>10.1e}"
-               f"{differences[name]['general']:>10.1e}")
+        new, general = rates[(name, "new")], rates[(name, "general")]
+        table[name] = {"hidden_dim": widths[name], "new": new, "general": general,
+                       "difference": differences[name]["new"]}
+        row = f"{name:<9}{widths[name]:>5}{new:>9.1f}{general:>9.1f}{new / general:>8.2f}x{differences[name]['new']:>10.1e}"
         if args.compile:
             compiled = rates[(name, "compiled")]
             table[name].update(compiled=compiled, compiled_difference=differences[name]["compiled"],
                                compile_s=compile_seconds[name])
-            row += (f"{compiled:>9.1f}{compiled / old:>8.2f}x{compiled / new:>8.2f}x"
+            row += (f"{compiled:>9.1f}{compiled / general:>8.2f}x{compiled / new:>8.2f}x"
                     f"{differences[name]['compiled']:>10.1e}{compile_seconds[name]:>10.1f}")
         if args.bf16:
             bf16 = rates[(name, "new_bf16")]
             table[name].update(bf16=bf16, bf16_difference=differences[name]["new_bf16"])
-            row += f"{bf16:>9.1f}{bf16 / old:>8.2f}x{bf16 / new:>8.2f}x{differences[name]['new_bf16']:>10.1e}"
+            row += f"{bf16:>9.1f}{bf16 / general:>8.2f}x{bf16 / new:>8.2f}x{differences[name]['new_bf16']:>10.1e}"
             if args.compile:
                 both = rates[(name, "compiled_bf16")]
                 table[name].update(compiled_bf16=both, compiled_bf16_difference=differences[name]["compiled_bf16"])
-                row += f"{both:>10.1f}{both / old:>8.2f}x"
+                row += f"{both:>10.1f}{both / new:>8.2f}x"
         print(row)
     return table
 
 
 def baseline_profile(graph, args, sync, top: int = 12) -> dict:
-    """Where the time of one fwd+bwd step goes, new (automatic path) against ``args.baseline``:
+    """Where the time of one fwd+bwd step goes, automatic path (``new``) against the general path:
     ``torch.profiler`` self CPU time of the ``top`` costliest operators, with their share of the step."""
     from torch.profiler import ProfilerActivity, profile
 
-    pinned, shares = pinned_neuralgraph(args.baseline), {}
+    shares = {}
     for name in args.baseline_metanets:
         width = args.baseline_width or config_width(name)
         cfg = {"hidden_dim": width, "num_layers": args.num_layers, "max_layers": len(LAYOUT) - 1}
-        steps, _ = baseline_steps(name, graph, cfg, pinned, sync)
+        steps, _ = baseline_steps(name, graph, cfg, sync)
         times = {}
-        for path in ("new", "old"):
+        for path in ("new", "general"):
             steps[path]()  # warm-up
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 steps[path]()
             times[path] = {event.key: event.self_cpu_time_total / 1e3 for event in prof.key_averages()}
         totals = {path: sum(times[path].values()) for path in times}
-        ops = sorted(set(times["new"]) | set(times["old"]), key=lambda op: -max(t.get(op, 0.0) for t in times.values()))
-        print(f"\n{name} (d={width}) one fwd+bwd step, self CPU ms (share): new {totals['new']:.0f}, "
-              f"git {args.baseline} {totals['old']:.0f}")
+        ops = sorted(set(times["new"]) | set(times["general"]),
+                     key=lambda op: -max(t.get(op, 0.0) for t in times.values()))
+        print(f"\n{name} (d={width}) one fwd+bwd step, self CPU ms (share): automatic path {totals['new']:.0f}, "
+              f"general path {totals['general']:.0f}")
         for op in ops[:top]:
             print(f"  {op[:40]:<42}" + "".join(f"{times[path].get(op, 0.0):>9.1f} ({100 * times[path].get(op, 0.0) / totals[path]:>4.1f}%)"
-                                              for path in ("new", "old")))
+                                              for path in ("new", "general")))
         shares[name] = {path: {op: times[path].get(op, 0.0) / totals[path] for op in ops[:top]} for path in times}
     return shares
 
@@ -265,6 +213,64 @@ def to_dense(graph, node: Tensor, edge: Tensor) -> tuple[Tensor, Tensor, Tensor]
     adjacency = edge.new_zeros(B, N, N, 1)
     adjacency[graph_id, i, j] = 1.0
     return node.view(B, N, d), dense_edge, adjacency
+
+
+def peak_memory_mib(device: torch.device) -> tuple[float, str]:
+    """The peak memory since the last reset: CUDA's peak allocation, else the process's peak resident set."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, "process_max_rss"
+
+
+def device_rates(args, device: torch.device, sync) -> dict:
+    """``--only-rates``: graphs/s and peak memory of fwd+bwd steps per architecture, batch and precision (module
+    docstring); a configuration that fails (e.g. out of memory) is recorded with its error, the others go on."""
+    import json
+
+    from neuralgraph.nn.context import WeightBlocks, graph_facts
+
+    results = {}
+    for name in args.archs:
+        rows = {}
+        for batch in args.batches:
+            generator = torch.Generator().manual_seed(0)
+            weights = [torch.randn(batch, o, i, generator=generator) * 0.1 for i, o in zip(LAYOUT, LAYOUT[1:])]
+            biases = [torch.randn(batch, o, generator=generator) * 0.1 for o in LAYOUT[1:]]
+            cpu_graph, cpu_blocks = mlp_to_graph(weights, biases), WeightBlocks.of_mlps(weights, biases)
+            facts = graph_facts(cpu_graph, cpu_blocks.layout)  # read on the CPU, as the batch builders do
+            graph = cpu_graph.to(device)
+            blocks = WeightBlocks.of_mlps([w.to(device) for w in weights], [b.to(device) for b in biases])
+            for precision in args.precisions:
+                key = f"batch{batch}_{precision}"
+                try:
+                    model = build_metanet(name, hidden_dim=args.hidden_dim, num_layers=args.num_layers,
+                                          max_layers=len(LAYOUT) - 1).to(device)
+
+                    def forward(model=model):
+                        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+                            return model(graph, model.context(graph, blocks, facts))
+
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+                        torch.cuda.reset_peak_memory_stats(device)
+                    rate = interleaved_rates({key: backward_step(forward, sync)}, batch, args.repeats)[key]
+                    peak, kind = peak_memory_mib(device)
+                    rows[key] = {"graphs_per_s": rate, "peak_mib": peak, "peak_kind": kind}
+                except (RuntimeError, ValueError) as error:  # torch.cuda.OutOfMemoryError is a RuntimeError
+                    rows[key] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"}
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+                row = rows[key]
+                print(f"{name:<11}{key:<22}" + (row["error"] if "error" in row else
+                                                f"{row['graphs_per_s']:>12.1f} graphs/s {row['peak_mib']:>10.1f} MiB"))
+        results[name] = {"device": str(device), "hidden_dim": args.hidden_dim, "num_layers": args.num_layers,
+                         "layout": list(LAYOUT), "repeats": args.repeats, "threads": args.threads, "rates": rows}
+        if args.json_dir is not None:
+            args.json_dir.mkdir(parents=True, exist_ok=True)
+            (args.json_dir / f"metanet_speed_{name}.json").write_text(json.dumps(results[name], indent=1) + "\n")
+    return results
 
 
 def interleaved_rates(steps: dict[str, Callable[[], None]], batch: int, repeats: int) -> dict[str, float]:
@@ -425,23 +431,38 @@ def main(argv=None) -> dict:
     parser.add_argument("--whole-threads", type=int, nargs="+", default=[1, 2],
                         help="thread counts of the whole-metanet comparison (each its own table)")
     parser.add_argument("--only-whole", action="store_true", help="run the whole-metanet comparison with nfn only")
-    parser.add_argument("--baseline", default=BASELINE_COMMIT, help="git commit of the baseline metanetworks")
     parser.add_argument("--baseline-metanets", nargs="*", default=list(BASELINE_METANETS),
-                        help="metanetworks timed against --baseline (none: skip the comparison)")
+                        help="message-passing metanetworks timed on their automatic path against the general path "
+                             "(none: skip the comparison)")
     parser.add_argument("--baseline-width", type=int,
                         help="hidden_dim of that comparison (default: each architecture's configs/dilation width)")
-    parser.add_argument("--only-baseline", action="store_true", help="run the comparison with --baseline only")
+    parser.add_argument("--only-baseline", action="store_true",
+                        help="run the comparison of the automatic path with the general path only")
     parser.add_argument("--compile", action="store_true",
-                        help="add to the comparison with --baseline the new code with its layers torch.compile'd")
+                        help="add to that comparison the automatic path with its layers torch.compile'd")
     parser.add_argument("--bf16", action="store_true",
-                        help="add to the comparison with --baseline the new code under bfloat16 autocast "
+                        help="add to that comparison the automatic path under bfloat16 autocast "
                              "(--trainer.precision bf16-mixed; not equal to float32, its difference is printed)")
     parser.add_argument("--profile", action="store_true",
-                        help="with --only-baseline: also print where one step's time goes, new vs --baseline")
+                        help="with --only-baseline: also print where one step's time goes, automatic vs general path")
+    parser.add_argument("--device", default=None, help="where to time (default: cuda when present, else cpu)")
+    parser.add_argument("--only-rates", action="store_true",
+                        help="time training steps per architecture, batch and precision only (module docstring)")
+    parser.add_argument("--archs", nargs="+", default=sorted(METANETS), choices=sorted(METANETS),
+                        help="with --only-rates: the architectures")
+    parser.add_argument("--batches", type=int, nargs="+", default=[32, 256], help="with --only-rates: batch sizes")
+    parser.add_argument("--precisions", nargs="+", default=["32", "bf16-mixed"], choices=["32", "bf16-mixed"],
+                        help="with --only-rates: float32, or bfloat16 autocast as --trainer.precision bf16-mixed")
+    parser.add_argument("--json-dir", type=Path, default=None,
+                        help="with --only-rates: write metanet_speed_<arch>.json here as each architecture finishes")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    if args.only_rates:
+        print(f"device {device}, {args.threads} threads, {LAYOUT} graphs, hidden_dim {args.hidden_dim}, "
+              f"{args.num_layers} layers, fwd+bwd, median of {args.repeats}; {cpu_description()}")
+        return {"device": device.type, "rates": device_rates(args, device, sync)}
     torch.manual_seed(0)
     weights = [torch.randn(args.batch, o, i, device=device) * 0.1 for i, o in zip(LAYOUT, LAYOUT[1:])]
     biases = [torch.randn(args.batch, o, device=device) * 0.1 for o in LAYOUT[1:]]

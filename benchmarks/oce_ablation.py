@@ -11,7 +11,7 @@ At GMN k = 1's parameter budget (seeds 0-2 of ``dilation_cpu_<machine>.json``):
 
 and (c), at ``members`` times the budget: the ``cpu`` protocol's GMN k = 1 editors (their best-
 validation checkpoints under ``runs/benchmarks/cpu``), seeds 0, 1, ... split into ``groups``
-ensembles of ``members``, their renders averaged on the test split. Results:
+ensembles of ``members``, their renders averaged on the test split their runs recorded. Results:
 ``benchmarks/results/oce_ablation_<machine>.{json,md}``; a variant's seeds and an ensemble's editors
 that are not recorded yet are listed as such, never computed from fewer members.
 """
@@ -25,8 +25,12 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dilation import PROTOCOLS, RESULTS, ROOT, machine_name, seeds_cell, write_atomic  # noqa: E402
+from neuralgraph.bench.machine import machine_name
+from neuralgraph.bench.runner import write_atomic
+from neuralgraph.bench.tables import seeds_cell
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
 
 SEEDS = (0, 1, 2)  # of the variants trained as runs of the cpu protocol: row, system, k
 VARIANTS = (("k = 1, one editor", "gmn", 1), ("(a) OCE k = 8, eight members averaged", "gmn", 8),
@@ -101,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     source = RESULTS / f"dilation_cpu_{machine}.json"
     runs = json.loads(source.read_text())["runs"] if source.exists() else []
     gmn = {(r["k"], r["seed"]): 100 * r["test_mse"] for r in runs if r["arch"] == "gmn"}
-    data = {key: value for key, value in PROTOCOLS["cpu"]["data"].items() if key != "preset"}
+    # the INRs the editors were tested on: the data settings their runs recorded (the folder holds its INRs' recipe)
+    data = next(({key: value for key, value in r["settings"]["data"].items() if key != "preset"}
+                 for r in runs if (r["arch"], r["k"]) == ("gmn", 1)), {})
     datamodule = MnistInrDataModule(root=str(args.data_root), **data)
     ensembles, missing = [], []
     for group in range(args.groups):

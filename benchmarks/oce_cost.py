@@ -43,10 +43,12 @@ from unittest import mock
 import torch
 from torch.utils.benchmark import Timer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dilation import CPU_REFERENCE, RESULTS, machine_name, write_atomic  # noqa: E402
-from machine import cpu_description  # noqa: E402
-from oce_curve import write_report  # noqa: E402
+from neuralgraph.bench import load_script
+from neuralgraph.bench.machine import cpu_description, machine_name
+from neuralgraph.bench.runner import write_atomic
+from neuralgraph.bench.widths import REFERENCE
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 STEPS_PER_EPOCH = 32  # the cpu protocol: 1,000 training INRs at batch 32
 BATCH = 32
@@ -95,7 +97,7 @@ class TrainingStep:
         from neuralgraph.training import tasks
 
         torch.manual_seed(0)
-        name, config = CPU_REFERENCE
+        name, config = REFERENCE
         shared = {key: value for key, value in config.items() if key != "hidden_dim"}
         self.task = tasks.InrEditing(metanet=name, metanet_config=shared, k=k, reference_hidden_dim=config["hidden_dim"],
                                      normalize_inputs=False, budget_width_multiple=width_multiple or WIDTH_MULTIPLE)
@@ -251,7 +253,7 @@ def write_step_section(machine: str) -> Path:
 
 def write_reports(machine: str) -> str:
     """oce_curve's table and plot, then the ``--step`` section when measured; the table's text."""
-    report = write_report(RESULTS, machine).with_suffix(".md")
+    report = load_script(Path(__file__).with_name("oce_curve.py")).write_report(RESULTS, machine).with_suffix(".md")
     if (RESULTS / f"oce_step_{machine}.json").exists():
         write_step_section(machine)
     return report.read_text()

@@ -18,8 +18,12 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dilation import PUBLISHED, RESULTS, machine_name, seeds_cell, write_atomic  # noqa: E402
+from neuralgraph.bench.machine import machine_name
+from neuralgraph.bench.published import DILATION_MSE
+from neuralgraph.bench.runner import write_atomic
+from neuralgraph.bench.tables import seeds_cell
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 ARCHS = ("gmn", "dws")
 KS = (1, 2, 4, 8)
@@ -43,7 +47,7 @@ def measured_curves(runs: list[dict]) -> dict[str, dict[int, list[float]]]:
 def published_curves() -> dict[str, dict[int, float]]:
     """The OCE paper's test MSE x1e-2 per architecture and k (full protocol)."""
     out: dict[str, dict[int, float]] = {arch: {} for arch in ARCHS}
-    for name, arch, k, mse in PUBLISHED:
+    for name, arch, k, mse in DILATION_MSE:
         if name.startswith("OCE"):
             out[arch][k] = mse
     return out

@@ -5,8 +5,9 @@
 
 Runs benchmarks/graph_build.py, inr_fit.py and metanet_speed.py in this process, one after the
 other (each prints its own detail), then prints the summary table and writes it to ``--out``.
-``--only-baseline`` runs only metanet_speed.py's comparison with the pinned commit (short enough
-for a quiet window) and replaces those rows of an existing ``--out`` table, keeping the others.
+``--only-baseline`` runs only metanet_speed.py's comparison of the message-passing metanetworks'
+automatic path with the general path (short enough for a quiet window) and replaces those rows of
+an existing ``--out`` table, keeping the others.
 """
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from neuralgraph.bench import load_script
+from neuralgraph.bench.machine import machine_description
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import graph_build  # noqa: E402
-from machine import machine_description  # noqa: E402
-import inr_fit  # noqa: E402
-import metanet_speed  # noqa: E402
+HERE = Path(__file__).resolve().parent
+graph_build, inr_fit, metanet_speed = (load_script(HERE / f"{name}.py") for name in ("graph_build", "inr_fit",
+                                                                                     "metanet_speed"))
 
 
 def main(argv=None) -> int:
@@ -27,7 +28,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a sanity run, noisier ratios)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--only-baseline", action="store_true",
-                        help="only the message-passing metanets against metanet_speed.py's pinned commit")
+                        help="only the message-passing metanets' automatic path against their general path")
     parser.add_argument("--metanets", nargs="+", default=list(metanet_speed.BASELINE_METANETS),
                         help="with --only-baseline: the metanets compared")
     parser.add_argument("--repeats", type=int, default=5)
@@ -70,18 +71,17 @@ def main(argv=None) -> int:
 
 
 def baseline_rows(meta: dict) -> list[tuple]:
-    """Rows of metanet_speed.py's comparison with the pinned commit: the path chosen automatically, then the
-    general path (and the compiled layers and bfloat16 autocast, when timed), each against the old code."""
-    commit, rows = metanet_speed.BASELINE_COMMIT, []
+    """Rows of metanet_speed.py's comparison of the message-passing metanets' paths: the path chosen
+    automatically (and the compiled layers and bfloat16 autocast, when timed), each against the general path."""
+    rows = []
     for name, row in meta["baseline"].items():
         label = f"{name} d={row['hidden_dim']} fwd+bwd, batch 32"
-        for path, ours in (("new", "automatic (dense blocks)"), ("general", "general path"),
-                           ("compiled", "compiled layers (torch.compile)"),
+        for path, ours in (("new", "automatic (dense blocks)"), ("compiled", "compiled layers (torch.compile)"),
                            ("bf16", "automatic, bf16 autocast"),
                            ("compiled_bf16", "compiled layers, bf16 autocast")):
             if path in row:
-                rows.append((label, ours, f"{row[path]:.1f} graphs/s", f"git {commit}", f"{row['old']:.1f} graphs/s",
-                             row[path] / row["old"]))
+                rows.append((label, ours, f"{row[path]:.1f} graphs/s", "general path", f"{row['general']:.1f} graphs/s",
+                             row[path] / row["general"]))
     return rows
 
 

@@ -13,7 +13,7 @@ layer's parameters (``general=True``).
 
 Each (system, seed) is one ``neuralgraph fit`` of ``GeneralizationPrediction`` (MSE on the test
 accuracy) in a subprocess, tested at its best-validation checkpoint, with the resumable
-bookkeeping of ``benchmarks/generalization.py`` (``benchmarks/runner.py``): results in
+bookkeeping of every benchmark (a description that ``neuralgraph.bench.main`` runs): results in
 ``benchmarks/results/transformer_zoo_<protocol>_<machine>.{json,md}``, a rerun skips recorded runs.
 Every system runs at the width whose model (metanetwork + readout) has the parameter count nearest
 GMN's at hidden 64 and 3 layers on the zoo's graphs, within 5%.
@@ -35,17 +35,15 @@ import sys
 from pathlib import Path
 
 import torch
-import yaml
 
-from dilation import CPU_DEPTH, machine_name, matched_width
-from generalization import BUDGET_TOLERANCE, cell, run_one
-from machine import cpu_description
-from runner import fit_arguments, load_runs, protocol_runs, results_saver, run_missing, seeded_parser
+from neuralgraph.bench import Benchmark, Column, Data, main
+from neuralgraph.bench.benchmark import write_fit_config
+from neuralgraph.bench.machine import cpu_description
+from neuralgraph.bench.tables import EPOCHS, HIDDEN_DIM, PARAMETERS, SYSTEM, seeds_column, wall_column
+from neuralgraph.bench.widths import BUDGET_TOLERANCE, REFERENCE, matched_width, readout_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 CONFIGS = ROOT / "configs" / "transformer_zoo"
-REFERENCE = ("gmn", {"hidden_dim": 64, **CPU_DEPTH})
 SYSTEMS = {"statnn": {"num_layers": 2, "dropout": 0.0}, "gmn": {}, "ng_gnn": {}, "ng_t": {}}
 ORDER = ("statnn", "gmn", "ng_gnn", "ng_t")
 
@@ -85,11 +83,7 @@ def zoo_spec():
 
 def model_parameters(metanet: str, config: dict) -> int:
     """Trainable parameters of ``GeneralizationPrediction``'s model on the zoo: the metanetwork and its readout."""
-    from neuralgraph.nn import build_metanet
-    from neuralgraph.nn.budget import count_trainable
-
-    model = build_metanet(metanet, spec=zoo_spec(), **config)
-    return count_trainable(model) + count_trainable(model.readout(1))
+    return readout_parameters(metanet, config, 1, zoo_spec())
 
 
 def budget_config(system: str) -> dict:
@@ -99,44 +93,27 @@ def budget_config(system: str) -> dict:
 
 def write_configs() -> list[Path]:
     """``configs/transformer_zoo/<system>.yaml`` for every system, at the matched width."""
-    CONFIGS.mkdir(parents=True, exist_ok=True)
-    written = []
-    for system in SYSTEMS:
-        config = {
-            "seed_everything": 0,
-            "model": {"class_path": "neuralgraph.training.tasks.GeneralizationPrediction",
-                      "init_args": {"metanet": system, "metanet_config": budget_config(system)}},
-            "data": {"class_path": "neuralgraph.training.transformer_zoo_datamodule.TransformerZooDataModule",
-                     "init_args": {"root": "data/transformer_zoo", "batch_size": 32}},
-            "trainer": {"max_epochs": PROTOCOLS["cpu"]["trainer"]["max_epochs"],
-                        "default_root_dir": f"runs/transformer_zoo/{system}"},
-        }
-        path = CONFIGS / f"{system}.yaml"
-        header = (f"# Generalization prediction on the transformer zoo (benchmarks/transformer_zoo.py): {system} at "
-                  "GMN's hidden-64 budget on the zoo's graphs.\n"
-                  "# The zoo: neuralgraph make-transformer-zoo --out data/transformer_zoo (docs/transformer_zoo.md).\n")
-        path.write_text(header + yaml.safe_dump(config, sort_keys=False))
-        written.append(path)
-    return written
+    return [write_fit_config(
+        CONFIGS / f"{system}.yaml",
+        f"# Generalization prediction on the transformer zoo (benchmarks/transformer_zoo.py): {system} at "
+        "GMN's hidden-64 budget on the zoo's graphs.\n"
+        "# The zoo: neuralgraph make-transformer-zoo --out data/transformer_zoo (docs/transformer_zoo.md).\n",
+        "neuralgraph.training.tasks.GeneralizationPrediction", {"metanet": system, "metanet_config": budget_config(system)},
+        "neuralgraph.training.transformer_zoo_datamodule.TransformerZooDataModule",
+        {"root": "data/transformer_zoo", "batch_size": 32},
+        {"max_epochs": PROTOCOLS["cpu"]["trainer"]["max_epochs"], "default_root_dir": f"runs/transformer_zoo/{system}"})
+        for system in SYSTEMS]
 
 
-def run_settings(protocol: dict, system: str) -> dict:
-    config = CONFIGS / f"{system}.yaml"
-    if not config.is_file():
-        raise FileNotFoundError(f"{config.relative_to(ROOT)}: no config for {system} (--write-configs writes them)")
-    init_args = yaml.safe_load(config.read_text())["model"]["init_args"]
-    return {"config": str(config.relative_to(ROOT)), "metanet": init_args["metanet"],
-            "metanet_config": {**init_args["metanet_config"], **protocol.get("metanet_config", {})},
-            "zoo": protocol["zoo"], "batch_size": protocol["batch_size"], "trainer": protocol["trainer"]}
-
-
-def prepare_zoo(protocol: dict, zoo: Path) -> None:
+def prepare_zoo(protocol: dict, zoo: Path) -> Path:
+    """Write (or finish, or verify) the protocol's zoo."""
     from neuralgraph.data.transformer_zoo import TransformerZooSettings, make_transformer_zoo
 
     settings = dict(protocol["zoo"])
     if "checkpoint_epochs" in settings:
         settings["checkpoint_epochs"] = tuple(settings["checkpoint_epochs"])
     make_transformer_zoo(zoo, TransformerZooSettings(**settings), progress=False)
+    return zoo
 
 
 def zoo_description(zoo: Path) -> str:
@@ -152,73 +129,37 @@ def zoo_description(zoo: Path) -> str:
             "(split by network); test-split accuracy min / quartiles / max " + " / ".join(f"{v:.3f}" for v in q) + ".")
 
 
-def summarize(runs: list[dict], systems: list[str], protocol_name: str, machine: str, zoo: Path,
-              missing: list[tuple[str, int]]) -> str:
-    protocol = PROTOCOLS[protocol_name]
-    lines = [f"# Generalization prediction on a transformer zoo — protocol `{protocol_name}` on `{machine}`", "",
-             zoo_description(zoo), "",
-             f"Every model trains {protocol['trainer']['max_epochs']} epoch(s) (batch {protocol['batch_size']}) and is "
-             "tested at its best-validation checkpoint (lowest validation MSE); mean ± std over seeds (n); every "
-             "system at the width whose model (metanetwork + readout) is nearest GMN's at hidden 64 on the zoo's "
-             "graphs, within 5%"
-             + (f"; this protocol overrides {protocol['metanet_config']}" if "metanet_config" in protocol else "")
-             + f". Each row's CPU (its runs') and threads beside its wall time; this file written on "
-             f"{cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.", "",
-             "| system | Kendall tau | R^2 | parameters | hidden_dim | epochs | wall time per run (min) | CPU, threads |",
-             "|---|---|---|---|---|---|---|---|"]
-    for system in systems:
-        rs = [r for r in runs if r["arch"] == system]
-        if not rs:
-            lines.append(f"| {system} | not run yet | | | | | | |")
-            continue
-        resumed = " (resumed)" if any(r["resumed"] for r in rs) else ""
-        lines.append(f"| {system} | {cell([r['kendall_tau'] for r in rs])} | {cell([r['r2'] for r in rs])} "
-                     f"| {rs[0]['parameters']:,} | {rs[0]['hidden_dim']} | {rs[0]['epochs']} "
-                     f"| {sum(r['wall_s'] for r in rs) / len(rs) / 60:.1f}{resumed} "
-                     f"| {' / '.join(sorted({r['cpu'] for r in rs if 'cpu' in r}) or ['CPU not recorded'])}, {rs[0]['threads']} |")
-    if missing:
-        lines += ["", f"Not run yet ({len(missing)} of the protocol's runs): "
-                  + ", ".join(f"{system} seed {seed}" for system, seed in missing) + "."]
-    return "\n".join(lines) + "\n"
+def training_paragraph(report) -> str:
+    protocol = report.protocol
+    return (f"Every model trains {protocol['trainer']['max_epochs']} epoch(s) (batch {protocol['batch_size']}) and is "
+            "tested at its best-validation checkpoint (lowest validation MSE); mean ± std over seeds (n); every "
+            "system at the width whose model (metanetwork + readout) is nearest GMN's at hidden 64 on the zoo's "
+            "graphs, within 5%"
+            + (f"; this protocol overrides {protocol['metanet_config']}" if "metanet_config" in protocol else "")
+            + f". Each row's CPU (its runs') and threads beside its wall time; this file written on "
+            f"{cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = seeded_parser(__doc__, PROTOCOLS, SYSTEMS, ROOT / "runs" / "benchmarks" / "transformer_zoo", RESULTS)
-    parser.add_argument("--zoo", type=Path, default=None, help="zoo folder (default: data/transformer_zoo, "
-                                                               "data/transformer_zoo_smoke for the smoke protocol)")
-    parser.add_argument("--write-configs", action="store_true", help="write configs/transformer_zoo/*.yaml and exit")
-    args = parser.parse_args(argv)
-    if args.run_one:
-        run_one(args.run_one[1:], Path(args.run_one[0]))
-        return 0
-    if args.write_configs:
-        for path in write_configs():
-            print(path.relative_to(ROOT))
-        return 0
-    protocol = PROTOCOLS[args.protocol]
-    plan, todo, systems = protocol_runs(protocol, args.archs, args.seeds)
-    settings = {system: run_settings(protocol, system) for system in systems}
-    zoo = args.zoo or ROOT / "data" / ("transformer_zoo" if args.protocol == "cpu" else f"transformer_zoo_{args.protocol}")
-    prepare_zoo(protocol, zoo)
-    machine = machine_name()
-    args.results.mkdir(parents=True, exist_ok=True)
-    stem = args.results / f"transformer_zoo_{args.protocol}_{machine}"
-    runs = load_runs(stem.with_suffix(".json"))
-    save = results_saver(stem, runs, plan, lambda missing: summarize(runs, systems, args.protocol, machine, zoo, missing),
-                         protocol=args.protocol, machine=machine, cpu=cpu_description())
+def cpu_threads(group) -> str:
+    cpus = sorted({r["cpu"] for r in group.runs if "cpu" in r}) or ["CPU not recorded"]
+    return f"{' / '.join(cpus)}, {group.runs[0]['threads']}"
 
-    def arguments(system: str, _, seed: int, out: Path) -> list[str]:
-        s = settings[system]
-        return fit_arguments(ROOT / s["config"], seed, zoo, out, s["metanet"], s["metanet_config"],
-                             {"batch_size": s["batch_size"]}, s["trainer"])
 
-    run_missing(__file__, f"[{args.protocol}]", [(system, 1, seed) for system, seed in todo], runs,
-                lambda system, _: settings[system], stem.with_suffix(".json"), args.out / args.protocol, arguments,
-                save, lambda result: f"Kendall tau {result['kendall_tau']:.3f}, R^2 {result['r2']:.3f}", name_k=False)
-    save()
-    print(stem.with_suffix(".md").read_text())
-    return 0
-
+BENCHMARK = Benchmark(
+    name="transformer_zoo", title="Generalization prediction on a transformer zoo", doc=__doc__, script=__file__,
+    protocols=PROTOCOLS, systems=tuple(SYSTEMS), configs="transformer_zoo", recorded=("zoo", "batch_size", "trainer"),
+    data=Data(option="--zoo",
+              default=lambda protocol: "data/transformer_zoo" if protocol == "cpu" else f"data/transformer_zoo_{protocol}",
+              help="zoo folder (default: data/transformer_zoo, data/transformer_zoo_smoke for the smoke protocol)",
+              prepare=lambda protocol, zoo, systems: prepare_zoo(protocol, zoo),
+              fit=lambda settings: {"batch_size": settings["batch_size"]}),
+    write_configs=write_configs,
+    result_fields={"kendall_tau": "test/kendall_tau", "r2": "test/r2"},
+    progress=lambda result: f"Kendall tau {result['kendall_tau']:.3f}, R^2 {result['r2']:.3f}",
+    intro=[lambda report: zoo_description(report.data), training_paragraph],
+    columns=(SYSTEM, seeds_column("Kendall tau", "kendall_tau"), seeds_column("R^2", "r2"), PARAMETERS, HIDDEN_DIM,
+             EPOCHS, wall_column(), Column("CPU, threads", cpu_threads)),
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(BENCHMARK))

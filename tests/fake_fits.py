@@ -1,4 +1,5 @@
-"""A stand-in for the benchmarks' fit child process (``script --run-one RESULT fit ...``), shared by their tests."""
+"""A stand-in for the benchmarks' fit child process (``python -m neuralgraph.bench --run-one RESULT FIELDS fit ...``),
+shared by their tests."""
 import json
 import subprocess
 from pathlib import Path

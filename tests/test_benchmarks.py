@@ -1,5 +1,6 @@
 """The benchmark harness: end to end on its smoke protocol (every row of the paper's table at k = 1; OCE
-k > 1 trains in tests/test_training.py), and the runner's bookkeeping on stand-in fits."""
+k > 1 trains in tests/test_training.py), the runner's bookkeeping on stand-in fits, and the tables of the
+committed results."""
 import importlib.util
 import json
 import subprocess
@@ -9,9 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
+import fake_fits
+from neuralgraph.bench import Report, load_script, main, runner
+from neuralgraph.bench.widths import REFERENCE, matched_width
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from dilation import PAPER_ROWS  # noqa: E402
+BENCHMARKS = ROOT / "benchmarks"
+dilation = load_script(BENCHMARKS / "dilation.py")
 
 
 @pytest.mark.slow
@@ -24,15 +29,10 @@ def test_dilation_smoke_protocol_writes_results_for_every_architecture(tiny_inrs
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     (raw,) = results.glob("dilation_smoke_*.json")
     runs = json.loads(raw.read_text())["runs"]
-    assert {(r["arch"], r["k"]) for r in runs} == {(row, 1) for row in PAPER_ROWS}
+    assert {(r["arch"], r["k"]) for r in runs} == {(row, 1) for row in dilation.PAPER_ROWS}
     assert all(r["test_mse"] > 0 and r["parameters"] > 0 for r in runs)
     table = next(results.glob("dilation_smoke_*.md")).read_text()
     assert "published (full protocol) | OCE GMN k=8 | 8 | 1.06" in table and "measured (smoke" in table
-
-
-import dilation  # noqa: E402
-import fake_fits  # noqa: E402
-import runner  # noqa: E402
 
 
 def fake_fit(calls, fail_at=None):
@@ -43,8 +43,9 @@ def fake_fit(calls, fail_at=None):
 
 
 def smoke(tmp_path, *extra):
-    return dilation.main(["--protocol", "smoke", "--archs", "gmn", "dws", "--k", "1", "2", "--data-root", str(tmp_path),
-                          "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *extra])
+    return main(dilation.BENCHMARK, ["--protocol", "smoke", "--archs", "gmn", "dws", "--k", "1", "2", "--data-root",
+                                     str(tmp_path), "--out", str(tmp_path / "runs"), "--results",
+                                     str(tmp_path / "results"), *extra])
 
 
 def test_runner_records_each_run_as_it_finishes_and_a_rerun_skips_them(tmp_path, monkeypatch):
@@ -60,6 +61,9 @@ def test_runner_records_each_run_as_it_finishes_and_a_rerun_skips_them(tmp_path,
 
     assert smoke(tmp_path) == 0
     assert len(calls) == 5  # the two recorded runs were not rerun; the killed one and the last were
+    fit = calls[-1][calls[-1].index("fit"):]
+    assert fit[fit.index("--data.build") + 1] == "true"  # the INRs a protocol asks for are fitted on first use
+    assert json.loads(calls[-1][calls[-1].index("--run-one") + 2]) == {"test_mse": "test/mse", "test_psnr": "test/psnr?"}
     runs = json.loads(raw.read_text())["runs"]
     assert runs[:2] == first and [(r["arch"], r["k"]) for r in runs[2:]] == [("gmn", 1), ("gmn", 2)]
     assert smoke(tmp_path) == 0 and len(calls) == 5
@@ -85,15 +89,33 @@ def test_a_run_recorded_before_the_width_setting_counts_as_exact_matching(tmp_pa
 
 def test_write_atomic_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch):
     path = tmp_path / "results.json"
-    dilation.write_atomic(path, "old")
+    runner.write_atomic(path, "old")
 
     def killed(src, dst):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(runner.os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
-        dilation.write_atomic(path, "new")
+        runner.write_atomic(path, "new")
     assert path.read_text() == "old"
+
+
+def test_result_fields_name_a_missing_metric_and_record_an_optional_one_as_null():
+    fields = {"test_mse": "test/mse", "test_psnr": "test/psnr?"}
+    assert runner.result_of({"test/mse": 0.5}, fields) == {"test_mse": 0.5, "test_psnr": None}
+    with pytest.raises(KeyError, match=r"result field 'test_mse': the fit logged no 'test/mse'; it logged \['val/mse'\]"):
+        runner.result_of({"val/mse": 0.5}, fields)
+
+
+@pytest.mark.parametrize("name", ["dilation_cpu_cpu2", "dilation_cpu-large_cpu2"])
+def test_committed_results_render_their_committed_tables(name):
+    """The tables are generated from the JSONs: a committed JSON renders its committed table, to the byte."""
+    record = json.loads((BENCHMARKS / "results" / f"{name}.json").read_text())
+    bench = dilation.BENCHMARK
+    done = {(r["arch"], r["k"], r["seed"]) for r in record["runs"]}
+    missing = [run for run in bench.plan(bench.protocols[record["protocol"]]) if run not in done]
+    report = Report(bench, record["protocol"], record["machine"], record["runs"], [], None)
+    assert bench.table(report, missing) == (BENCHMARKS / "results" / f"{name}.md").read_text()
 
 
 @pytest.mark.parametrize("system", sorted(dilation.CPU_SYSTEMS))
@@ -101,7 +123,7 @@ def test_cpu_systems_match_the_gmn_budget_within_five_percent(system):
     from neuralgraph.nn.budget import model_parameters
 
     settings = dilation.run_settings(dilation.PROTOCOLS["cpu"], system, 1)
-    target = model_parameters(*dilation.CPU_REFERENCE, 1)[0]
+    target = model_parameters(*REFERENCE, 1)[0]
     params = model_parameters(settings["metanet"], settings["metanet_config"], 1)[0]
     assert abs(params - target) <= 0.05 * target
 
@@ -110,8 +132,9 @@ def fit_one_cpu_run(tmp_path, monkeypatch, arch: str, k: int = 8) -> tuple[list[
     """The fit command of ``arch`` k seed 0 on the cpu protocol (fit faked) and the run it records."""
     calls = []
     monkeypatch.setattr(subprocess, "run", fake_fit(calls))
-    assert dilation.main(["--protocol", "cpu", "--archs", arch, "--k", str(k), "--seeds", "0", "--data-root",
-                          str(tmp_path), "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]) == 0
+    assert main(dilation.BENCHMARK, ["--protocol", "cpu", "--archs", arch, "--k", str(k), "--seeds", "0", "--data-root",
+                                     str(tmp_path), "--out", str(tmp_path / "runs"), "--results",
+                                     str(tmp_path / "results")]) == 0
     (command,) = calls
     (raw,) = (tmp_path / "results").glob("dilation_cpu_*.json")
     (run,) = json.loads(raw.read_text())["runs"]
@@ -148,18 +171,17 @@ def test_decoder_variants_match_the_gmn_budget_counting_their_decoder(variant):
     assert settings["budget_width_multiple"] == 1
     match = match_budget(settings["metanet"], settings["metanet_config"], 8, members=settings["decoder_members"],
                          width_multiple=settings["budget_width_multiple"])
-    target = model_parameters(*dilation.CPU_REFERENCE, 1)[0]
+    target = model_parameters(*REFERENCE, 1)[0]
     assert match.reference_params == target and 0.95 * target <= match.params <= target
 
 
 def test_matched_width_names_the_system_it_cannot_match():
     with pytest.raises(ValueError, match=r"^ng_t: no hidden_dim gives 167,314 parameters within 5% \(nearest: 177,650"):
-        dilation.matched_width("ng_t", "ng_t", {"num_heads": 8}, 167_314)
+        matched_width("ng_t", "ng_t", {"num_heads": 8}, 167_314)
 
 
 def test_oce_cost_counts_the_output_network_as_members_and_as_one_merged_network():
-    import oce_cost
-
+    oce_cost = load_script(BENCHMARKS / "oce_cost.py")
     editor = oce_cost.Editor(2)
     layout = [2, 64, 64, 1]  # merged: 2-(32k)-(32k)-1
     assert editor.static["output_parameters_members"] == 2 * (2 * 32 + 32 + 32 * 32 + 32 + 32 + 1)
@@ -168,8 +190,7 @@ def test_oce_cost_counts_the_output_network_as_members_and_as_one_merged_network
 
 
 def test_oce_step_section_replaces_itself_and_labels_costs_of_other_widths(tmp_path, monkeypatch):
-    import oce_cost
-
+    oce_cost = load_script(BENCHMARKS / "oce_cost.py")
     monkeypatch.setattr(oce_cost, "RESULTS", tmp_path)
     names = ("k=1 h=64 autograd render", "k=1 h=64 batched render", "k=8 h=56 batched render")
     step = {"date": "2026-12-01", "cpu": "CPU X (avx2)", "platform": "p", "torch": "t", "rounds": 3,
@@ -187,7 +208,7 @@ def test_oce_step_section_replaces_itself_and_labels_costs_of_other_widths(tmp_p
 
 
 def test_ensemble_of_editors_averages_their_renders(tiny_inrs):
-    import oce_ablation
+    oce_ablation = load_script(BENCHMARKS / "oce_ablation.py")
     from neuralgraph.training.datamodule import MnistInrDataModule
     from neuralgraph.training.tasks import InrEditing
 
@@ -207,8 +228,7 @@ def test_ensemble_of_editors_averages_their_renders(tiny_inrs):
 
 
 def test_ensemble_member_without_its_best_checkpoint_is_an_error_naming_the_folder(tmp_path):
-    import oce_ablation
-
+    oce_ablation = load_script(BENCHMARKS / "oce_ablation.py")
     with pytest.raises(FileNotFoundError, match=r"gmn_k1_s3/checkpoints: expected one best-\*\.ckpt, found 0"):
         oce_ablation.best_checkpoint(tmp_path / "gmn_k1_s3")
 
@@ -218,8 +238,7 @@ def synthetic_run(arch, k, seed, mse, parameters=100):
 
 
 def test_oce_curve_joins_quality_and_cost_in_one_table_and_plot(tmp_path):
-    import oce_curve
-
+    oce_curve = load_script(BENCHMARKS / "oce_curve.py")
     runs = [synthetic_run("gmn", 1, seed, mse) for seed, mse in enumerate((0.040, 0.042, 0.044))]
     runs += [synthetic_run("gmn", 8, 0, 0.020), synthetic_run("dws", 1, 0, 0.05), synthetic_run("nft", 1, 0, 0.03)]
     (tmp_path / "dilation_cpu_m.json").write_text(json.dumps({"runs": runs}))
@@ -244,8 +263,7 @@ def test_oce_curve_joins_quality_and_cost_in_one_table_and_plot(tmp_path):
 
 
 def test_oce_ablation_reports_every_variant_and_what_is_not_run_yet():
-    import oce_ablation
-
+    oce_ablation = load_script(BENCHMARKS / "oce_ablation.py")
     runs = [synthetic_run("gmn", 1, seed, 0.04, parameters=167_314) for seed in range(3)]
     runs += [synthetic_run("gmn", 8, 0, 0.024, 163_202), synthetic_run("gmn_coupled", 8, 0, 0.020, 166_802),
              synthetic_run("gmn_coupled", 8, 1, 0.022, 166_802)]

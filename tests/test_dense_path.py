@@ -8,9 +8,6 @@ it does not describe, and a batch that carries its weights must give what its gr
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from conftest import sum_atol
@@ -32,7 +29,6 @@ WEIGHT_SPACE = ("dws", "nfn_hnp", "nfn_np")
 MESSAGE_PASSING = ("gmn", "ng_gnn")  # dense blocks from GraphContext.widths
 ATTENTION = ("ng_t", "nft")  # as MESSAGE_PASSING, with their own attention over the blocks
 TOLERANCE = 1e-10
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def random_graph(layout, batch_size, seed):
@@ -146,14 +142,13 @@ def test_message_passing_float32_dense_equals_general_path(name):
 @pytest.mark.parametrize("name", MESSAGE_PASSING + ATTENTION)
 def test_message_passing_equals_the_baseline_commit(name):
     """Fixed-seed float64 features and gradients equal those of the code before the dense path
-    (benchmarks/metanet_speed.py's pinned commit, loaded from git), on either path."""
-    sys.path.insert(0, str(BENCHMARKS))
-    import metanet_speed
+    (tests/pinned_commit.py, loaded from git), on either path."""
+    from pinned_commit import pinned_neuralgraph
 
     layout = (2, 5, 4, 1)
     graph = random_graph(layout, 3, 0)
     metanet = message_passing_model(name, layout)
-    baseline = message_passing_model(name, layout, metanet_speed.pinned_neuralgraph())
+    baseline = message_passing_model(name, layout, pinned_neuralgraph())
     baseline.load_state_dict(metanet.state_dict())
     reference = features_and_gradients(baseline, graph, None)
     for dense in (True, False):

@@ -7,11 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+import fake_fits
+from neuralgraph.bench import load_script, main
+from neuralgraph.bench.widths import REFERENCE
+from neuralgraph.nn import METANETS
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import fake_fits  # noqa: E402
-import inr_classification as bench  # noqa: E402
-from neuralgraph.nn import METANETS  # noqa: E402
+CONFIGS = ROOT / "configs" / "inr_classification"
+bench = load_script(ROOT / "benchmarks" / "inr_classification.py")
 
 
 def benchmark(tmp_path, data_root, *extra):
@@ -46,8 +49,9 @@ def fake_fit(calls, fail_at=None):
 
 
 def smoke(tmp_path, *extra):
-    return bench.main(["--protocol", "smoke", "--archs", "gmn", "dws", "--seeds", "0", "1", "--data-root",
-                       str(tmp_path), "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *extra])
+    return main(bench.BENCHMARK, ["--protocol", "smoke", "--archs", "gmn", "dws", "--seeds", "0", "1", "--data-root",
+                                  str(tmp_path), "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"),
+                                  *extra])
 
 
 def test_a_killed_invocation_keeps_its_finished_runs_and_the_next_one_continues(tmp_path, monkeypatch):
@@ -60,6 +64,7 @@ def test_a_killed_invocation_keeps_its_finished_runs_and_the_next_one_continues(
     assert "| gmn | 15.00 ± 7.07 (2) |" in raw.with_suffix(".md").read_text()
 
     assert smoke(tmp_path) == 0 and len(calls) == 5  # the recorded runs were not rerun
+    assert calls[-1][calls[-1].index("--data.build") + 1] == "true"  # the INRs are fitted on first use
     assert [(r["arch"], r["seed"]) for r in json.loads(raw.read_text())["runs"]][2:] == [("dws", 0), ("dws", 1)]
     assert smoke(tmp_path) == 0 and len(calls) == 5
 
@@ -74,9 +79,9 @@ def test_a_recorded_run_made_with_other_settings_is_refused(tmp_path, monkeypatc
 
 @pytest.mark.parametrize("arch", sorted(METANETS))
 def test_every_config_is_its_architecture_at_the_gmn_budget(arch):
-    init_args = yaml.safe_load((bench.CONFIGS / f"{arch}.yaml").read_text())["model"]["init_args"]
+    init_args = yaml.safe_load((CONFIGS / f"{arch}.yaml").read_text())["model"]["init_args"]
     assert init_args["metanet"] == arch and init_args["metanet_config"] == bench.budget_config(arch)
-    target = bench.classifier_parameters(*bench.REFERENCE)
+    target = bench.classifier_parameters(*REFERENCE)
     assert abs(bench.classifier_parameters(arch, init_args["metanet_config"]) - target) <= 0.05 * target
 
 

@@ -1,4 +1,5 @@
-"""benchmarks/metanet_speed.py's comparison with the ``nfn`` package: one row per architecture and width, or a message."""
+"""benchmarks/metanet_speed.py: the comparison with the ``nfn`` package (one row per architecture and width, or a
+message), the message-passing metanetworks' automatic path against their general path, and speed.py's table."""
 import argparse
 import sys
 from pathlib import Path
@@ -6,10 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import metanet_speed  # noqa: E402
+from neuralgraph.bench import load_script, machine
+from neuralgraph.graph import mlp_to_graph
 
-from neuralgraph.graph import mlp_to_graph  # noqa: E402
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+metanet_speed = load_script(BENCHMARKS / "metanet_speed.py")
 
 ARGS = argparse.Namespace(batch=2, num_layers=2, repeats=1, widths=[4])
 
@@ -44,8 +46,6 @@ def test_whole_metanet_rows_per_architecture_width_and_threads():
 
 
 def test_cpu_description_names_the_vector_extensions(monkeypatch, tmp_path):
-    import machine
-
     flags = {"flags": "fpu sse2 avx avx2 fma avx512f avx512bw", "model name": "Some CPU"}
     monkeypatch.setattr(machine, "_cpuinfo_field", lambda prefix: flags.get(prefix, ""))
     assert machine.cpu_description().startswith("Some CPU (AVX-512+AVX2+FMA), ")
@@ -54,28 +54,29 @@ def test_cpu_description_names_the_vector_extensions(monkeypatch, tmp_path):
     assert machine.cpu_isa() == "SSE only"
 
 
+def test_machine_name_of_the_cpu_is_its_thread_count():
+    """The results files of a CPU benchmark are named by the threads it ran on, a GPU present or not."""
+    assert machine.machine_name("cpu") == f"cpu{torch.get_num_threads()}"
+    if not torch.cuda.is_available():
+        assert machine.machine_name() == machine.machine_name("cpu")
+
+
 def test_comparison_skipped_with_a_message_without_nfn(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "nfn", None)  # import nfn raises ImportError
     assert metanet_speed.nfn_comparison(graph(), ARGS, torch.device("cpu"), lambda: None) == {}
     assert "nfn package absent: the comparison with nfn's HNPLinear/NPLinear is skipped" in capsys.readouterr().out
 
 
-def test_baseline_is_the_pinned_commit_beside_the_working_tree():
-    """The pinned package is a separate import with its own registry; same parameters give the same outputs."""
-    pinned = metanet_speed.pinned_neuralgraph()
-    import neuralgraph.nn
-
-    assert pinned.__name__ == f"neuralgraph_{metanet_speed.BASELINE_COMMIT}.nn"
-    assert pinned.METANETS is not neuralgraph.nn.METANETS
-    assert pinned.METANETS["gmn"] is not neuralgraph.nn.METANETS["gmn"]
-    args = argparse.Namespace(baseline=metanet_speed.BASELINE_COMMIT, baseline_metanets=["gmn", "ng_gnn"],
-                              baseline_width=8, num_layers=2, batch=ARGS.batch, repeats=1, compile=False, bf16=True)
+def test_baseline_times_the_automatic_path_against_the_general_path():
+    """Same parameters on both paths give the same outputs; bfloat16 autocast is close, not equal."""
+    args = argparse.Namespace(baseline_metanets=["gmn", "ng_gnn"], baseline_width=8, num_layers=2, batch=ARGS.batch,
+                              repeats=1, compile=False, bf16=True)
     table = metanet_speed.baseline_comparison(graph(), args, lambda: None)
     assert sorted(table) == ["gmn", "ng_gnn"]
     for row in table.values():
-        assert row["hidden_dim"] == 8 and max(row["difference"], row["general_difference"]) < 1e-5
-        assert 1e-5 < row["bf16_difference"] < 0.5  # bfloat16 autocast: close, not equal
-        assert min(row["new"], row["general"], row["old"], row["bf16"]) > 0
+        assert row["hidden_dim"] == 8 and row["difference"] < 1e-5
+        assert 1e-5 < row["bf16_difference"] < 0.5
+        assert min(row["new"], row["general"], row["bf16"]) > 0
 
 
 def test_baseline_widths_are_the_configs():
@@ -84,27 +85,19 @@ def test_baseline_widths_are_the_configs():
         metanet_speed.config_width("nope")
 
 
-def test_baseline_of_an_unknown_commit_names_it():
-    with pytest.raises(RuntimeError, match="git archive 0000000 neuralgraph failed"):
-        metanet_speed.pinned_neuralgraph("0000000")
-
-
 def test_speed_table_rows_replaced_in_place(tmp_path):
     """speed.py --only-baseline swaps its rows of an existing table and keeps every other row."""
-    import speed
-
+    speed = load_script(BENCHMARKS / "speed.py")
     out = tmp_path / "speed.md"
     out.write_text("# Speed ratios\n\n| benchmark | ours | measured | baseline | measured | ratio |\n|---|---|---|---|---|---|\n"
-                   "| other | x | 1 s | y | 2 s | 2.00x |\n| gmn d=8 fwd+bwd, batch 32 | general path | 1.0 graphs/s | git 0 |"
-                   " 1.0 graphs/s | 1.00x |\n")
-    meta = {"baseline": {"gmn": {"hidden_dim": 8, "new": 3.0, "general": 1.5, "old": 1.0}}}
+                   "| other | x | 1 s | y | 2 s | 2.00x |\n| gmn d=8 fwd+bwd, batch 32 | automatic (dense blocks) | 1.0 graphs/s "
+                   "| general path | 1.0 graphs/s | 1.00x |\n")
+    meta = {"baseline": {"gmn": {"hidden_dim": 8, "new": 3.0, "general": 1.5, "bf16": 6.0}}}
     speed.write_rows(speed.baseline_rows(meta), out, 1, replace=True)
     lines = out.read_text().splitlines()
     assert "| other | x | 1 s | y | 2 s | 2.00x |" in lines
     assert [line for line in lines if line.startswith("| gmn")] == [
-        f"| gmn d=8 fwd+bwd, batch 32 | automatic (dense blocks) | 3.0 graphs/s | git {metanet_speed.BASELINE_COMMIT} "
-        "| 1.0 graphs/s | 3.00x |",
-        f"| gmn d=8 fwd+bwd, batch 32 | general path | 1.5 graphs/s | git {metanet_speed.BASELINE_COMMIT} "
-        "| 1.0 graphs/s | 1.50x |"]
+        "| gmn d=8 fwd+bwd, batch 32 | automatic (dense blocks) | 3.0 graphs/s | general path | 1.5 graphs/s | 2.00x |",
+        "| gmn d=8 fwd+bwd, batch 32 | automatic, bf16 autocast | 6.0 graphs/s | general path | 1.5 graphs/s | 4.00x |"]
     with pytest.raises(SystemExit, match="does not exist"):
         speed.write_rows([], tmp_path / "absent.md", 1, replace=True)

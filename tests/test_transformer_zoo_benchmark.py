@@ -2,16 +2,17 @@
 bookkeeping on stand-in fits, and its configs at GMN's parameter budget on the zoo's graphs."""
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+import fake_fits
+from neuralgraph.bench import load_script, main
+from neuralgraph.bench.widths import BUDGET_TOLERANCE, REFERENCE
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import fake_fits  # noqa: E402
-import transformer_zoo as bench  # noqa: E402
+bench = load_script(ROOT / "benchmarks" / "transformer_zoo.py")
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +23,8 @@ def smoke_zoo(tmp_path_factory) -> Path:
 
 
 def smoke(tmp_path, zoo, *extra):
-    return bench.main(["--protocol", "smoke", "--zoo", str(zoo), "--out", str(tmp_path / "runs"),
-                       "--results", str(tmp_path / "results"), *extra])
+    return main(bench.BENCHMARK, ["--protocol", "smoke", "--zoo", str(zoo), "--out", str(tmp_path / "runs"),
+                                  "--results", str(tmp_path / "results"), *extra])
 
 
 def test_a_statnn_fit_on_the_smoke_zoo_is_recorded_and_a_rerun_skips_it(smoke_zoo, tmp_path, capsys):
@@ -53,11 +54,11 @@ def test_a_killed_invocation_keeps_its_finished_runs(smoke_zoo, tmp_path, monkey
 
 
 def test_configs_are_at_gmns_budget_on_the_zoos_graphs():
-    reference = bench.model_parameters(*bench.REFERENCE)
+    reference = bench.model_parameters(*REFERENCE)
     for system in bench.SYSTEMS:
         config = yaml.safe_load((bench.CONFIGS / f"{system}.yaml").read_text())
         init_args = config["model"]["init_args"]
         assert init_args["metanet"] == system
         assert config["data"]["class_path"].endswith("TransformerZooDataModule")
         count = bench.model_parameters(system, init_args["metanet_config"])
-        assert abs(count - reference) <= bench.BUDGET_TOLERANCE * reference, system
+        assert abs(count - reference) <= BUDGET_TOLERANCE * reference, system

@@ -1,12 +1,10 @@
-"""The machine a benchmark ran on, for the line printed beside every timing."""
+"""The machine a benchmark ran on: its name in results files, and the CPU beside every timing."""
 from __future__ import annotations
 
 import os
 import platform
 from pathlib import Path
-
-import torch
-from torch_geometric.typing import WITH_TORCH_SCATTER
+from typing import Optional
 
 
 def _cpuinfo_field(prefix: str) -> str:
@@ -44,7 +42,28 @@ def cpu_description() -> str:
     return f"{cpu_model()} ({cpu_isa()}), {os.cpu_count()} cores"
 
 
+def machine_name(device: Optional[str] = None) -> str:
+    """The machine's name in results files (``<benchmark>_<protocol>_<machine>.json``).
+
+    For a GPU, its model (``nvidia-h200``); for the CPU, its torch thread count (``cpu2``), since
+    the CPU timings of one host differ by their threads. ``device``: the device the benchmark
+    measures (``"cpu"`` for a benchmark that runs on the CPU whatever is present); by default the
+    first GPU where there is one, else the CPU.
+    """
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(torch.device(device)).replace(" ", "-").lower()
+    return f"cpu{torch.get_num_threads()}"
+
+
 def machine_description() -> str:
+    """CPU, GPU, torch, torch-scatter and Python: the line that heads a table of timings."""
+    import torch
+    from torch_geometric.typing import WITH_TORCH_SCATTER
+
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     return (f"CPU {cpu_description()}; GPU {gpu}; torch {torch.__version__}; "
             f"torch-scatter {'present' if WITH_TORCH_SCATTER else 'absent'}; "

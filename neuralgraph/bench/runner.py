@@ -1,38 +1,36 @@
-"""What the benchmarks share: which runs to do, the ``neuralgraph fit`` arguments of one run, the
-child process that fits, tests at the best-validation checkpoint and records what every result
-table reports, and the resumable bookkeeping of a results JSON.
+"""The fit runs of a benchmark: their ``neuralgraph fit`` arguments, the child process that fits, tests at
+the best-validation checkpoint and records what every result table reports, and the resumable
+bookkeeping of a results JSON.
 
-A benchmark script runs each (architecture, k, seed) in a child process of its own (so that its
-peak memory is its own; ``script --run-one RESULT fit ...``), builds the task-specific result from
-:func:`fit_and_record`, and appends each finished run to its JSON as it completes
-(:func:`run_missing`): a kill leaves the previous file whole, a rerun skips the recorded runs, and
-a recorded run made with other settings is an error naming the field.
+Each (system, k, seed) fits in a child process of its own, so that its peak memory is its own
+(``python -m neuralgraph.bench --run-one RESULT FIELDS fit ...``, :func:`run_one`); each finished
+run is appended to the results JSON as it completes (:func:`run_missing`): a kill leaves the
+previous file whole, a rerun skips the recorded runs, and a recorded run made with other settings
+is an error naming the field.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
-import torch
-
-from machine import cpu_short
+from neuralgraph.bench.machine import cpu_short
 
 
 def fit_arguments(config: Path, seed: int, data_root: Path, out: Path, metanet: str, metanet_config: dict,
-                  data: dict, trainer: dict, model: dict | None = None) -> list[str]:
+                  data: dict, trainer: dict, model: dict | None = None, build: bool = False) -> list[str]:
     """``neuralgraph fit`` arguments of one run, resuming from ``out``'s last checkpoint if any.
 
     ``data``, ``trainer`` and ``model`` (init arguments of the task) override the config file's
-    entries; a ``None`` data value is passed as ``null``.
+    entries; a ``None`` data value is passed as ``null``. ``build``: ``--data.build true``, the MNIST-INR
+    data module (``MnistInrDataModule``) fits the INRs missing from ``data_root`` on first use (the
+    zoo data modules have no such option).
     """
     args = ["fit", "--config", str(config), "--seed_everything", str(seed),
             "--data.root", str(data_root), "--trainer.default_root_dir", str(out), "--ckpt_path", "last",
@@ -43,6 +41,8 @@ def fit_arguments(config: Path, seed: int, data_root: Path, out: Path, metanet: 
         args += [f"--model.init_args.{key}", str(value)]
     for key, value in data.items():
         args += [f"--data.{key}", "null" if value is None else str(value)]
+    if build:
+        args += ["--data.build", "true"]
     for key, value in trainer.items():
         args += [f"--trainer.{key}", str(value)]
     return args
@@ -52,8 +52,10 @@ def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
     """Run ``neuralgraph fit`` (+ test at the best-validation checkpoint) in this process.
 
     Returns the final callback metrics and the record every table reports: best validation loss,
-    trainable parameters, width, epochs, wall time, whether it resumed, peak memory, device, CPU.
+    trainable parameters, width, epochs, wall time, whether it resumed, peak memory, device, CPU, threads.
     """
+    import torch
+
     from neuralgraph.nn.budget import count_trainable
     from neuralgraph.training.cli import checkpoint_dir, last_checkpoint, run_lightning_cli
 
@@ -74,45 +76,28 @@ def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
         "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None,
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "cpu": cpu_short(),
+        "threads": torch.get_num_threads(),
     }
 
 
-def seeded_parser(doc: str, protocols: Sequence[str], systems: Sequence[str], out: Path,
-                  results: Path) -> argparse.ArgumentParser:
-    """The options of a benchmark over (system, seed) runs: ``--protocol``, ``--archs``, ``--seeds``,
-    ``--out`` (run folders), ``--results`` and the child's hidden ``--run-one``."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--protocol", choices=sorted(protocols), default="smoke")
-    parser.add_argument("--archs", nargs="+", choices=sorted(systems))
-    parser.add_argument("--seeds", nargs="+", type=int)
-    parser.add_argument("--out", type=Path, default=out)
-    parser.add_argument("--results", type=Path, default=results)
-    parser.add_argument("--run-one", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    return parser
+def result_of(metrics: Mapping[str, float], fields: Mapping[str, str]) -> dict:
+    """The result fields of a run from its metrics: ``{field: metric}``, a metric ending in ``?`` recorded as
+    null when the fit did not log it; KeyError naming a missing metric otherwise."""
+    result = {}
+    for field, metric in fields.items():
+        if metric.endswith("?"):
+            result[field] = metrics.get(metric[:-1])
+        elif metric in metrics:
+            result[field] = metrics[metric]
+        else:
+            raise KeyError(f"result field {field!r}: the fit logged no {metric!r}; it logged {sorted(metrics)}")
+    return result
 
 
-def protocol_runs(protocol: dict, archs: Optional[Sequence[str]], seeds: Optional[Sequence[int]]
-                  ) -> tuple[list[tuple[str, int]], list[tuple[str, int]], list[str]]:
-    """``(plan, todo, systems)``: the protocol's (system, seed) runs in order, those ``--archs``/``--seeds``
-    select, and the systems of both in order (the rows of the table)."""
-    plan = list(dict.fromkeys((system, seed) for systems, seeds_ in protocol["plan"] for system in systems
-                              for seed in seeds_))
-    todo = select_runs(plan, archs, seeds)
-    return plan, todo, list(dict.fromkeys(system for system, _ in plan + todo))
-
-
-def results_saver(stem: Path, runs: list[dict], plan: Sequence[tuple[str, int]], summary: Callable[[list], str],
-                  **meta) -> Callable[[], None]:
-    """A ``save()`` writing ``stem.json`` (``meta``, platform, torch, ``runs``) and ``stem.md``
-    (``summary(missing runs of the plan)``), each atomically."""
-
-    def save() -> None:
-        done = {(r["arch"], r["seed"]) for r in runs}
-        record = {**meta, "platform": platform.platform(), "torch": torch.__version__, "runs": runs}
-        write_atomic(stem.with_suffix(".json"), json.dumps(record, indent=2))
-        write_atomic(stem.with_suffix(".md"), summary([run for run in plan if run not in done]))
-
-    return save
+def run_one(result_path: Path, fields: Mapping[str, str], argv: list[str]) -> None:
+    """The child process: one fit (+ test at best validation); its result fields and record to ``result_path``."""
+    metrics, record = fit_and_record(argv)
+    write_atomic(result_path, json.dumps({**result_of(metrics, fields), **record}, indent=2))
 
 
 def select_runs(plan: Sequence[tuple], *choices: Optional[Sequence]) -> list[tuple]:
@@ -160,15 +145,16 @@ def recorded(runs: list[dict], arch: str, k: int, seed: int, settings: dict, pat
     return False
 
 
-def run_missing(script: str, label: str, todo: Sequence[tuple[str, int, int]], runs: list[dict],
+def run_missing(label: str, todo: Sequence[tuple[str, int, int]], runs: list[dict], fields: Mapping[str, str],
                 settings: Callable[[str, int], dict], results: Path, out: Path,
                 arguments: Callable[[str, int, int, Path], list[str]], save: Callable[[], None],
                 describe: Callable[[dict], str], name_k: bool = True, recorded_before: Optional[dict] = None) -> None:
     """Fit every (arch, k, seed) of ``todo`` that ``results`` does not hold, one child process each.
 
     Each run fits in ``out/<arch>[_k<k>]_s<seed>`` (``name_k``: k in the name; its ``last.ckpt`` resumes
-    a killed fit) with ``arguments(arch, k, seed, run_dir)``; its record (``settings(arch, k)`` and the
-    child's result) is appended to ``runs``, then ``save()`` writes the JSON and table.
+    a killed fit) with ``arguments(arch, k, seed, run_dir)``; its record (``settings(arch, k)``, the
+    result ``fields`` (:func:`result_of`) and the child's record) is appended to ``runs``, then
+    ``save()`` writes the JSON and table.
     """
     for arch, k, seed in todo:
         run_label = f"{label} {arch}{f' k={k}' if name_k else ''} seed={seed}"
@@ -179,8 +165,8 @@ def run_missing(script: str, label: str, todo: Sequence[tuple[str, int, int]], r
         run_dir.mkdir(parents=True, exist_ok=True)
         result_path = run_dir / "result.json"
         print(run_label, flush=True)
-        subprocess.run([sys.executable, script, "--run-one", str(result_path), *arguments(arch, k, seed, run_dir)],
-                       check=True)
+        subprocess.run([sys.executable, "-m", "neuralgraph.bench", "--run-one", str(result_path), json.dumps(fields),
+                        *arguments(arch, k, seed, run_dir)], check=True)
         result = json.loads(result_path.read_text())
         runs.append({"arch": arch, "k": k, "seed": seed, "settings": settings(arch, k), **result})
         save()

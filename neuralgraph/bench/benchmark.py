@@ -1,0 +1,295 @@
+"""A benchmark as a description, and the one :func:`main` that runs every such description.
+
+A :class:`Benchmark` says what a benchmark of ``neuralgraph fit`` runs is: its protocols (which
+(system, [k,] seed) runs, on what data, for how long), its systems, the result fields each run
+records from the fit's metrics, and the columns of its markdown table. :func:`main` gives every
+benchmark the same command line (``--protocol``, ``--archs``, ``[--k]``, ``--seeds``, its data
+folder, ``--out``, ``--results``), fits the runs the results JSON does not hold yet, one child
+process each (:mod:`neuralgraph.bench.runner`), and writes
+``<results>/<name>_<protocol>_<machine>.{json,md}`` after every run.
+
+docs/benchmarks.md ("Adding a benchmark") has a whole benchmark in a screenful.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+from neuralgraph.bench.machine import cpu_description, machine_name
+from neuralgraph.bench.runner import fit_arguments, load_runs, run_missing, select_runs, write_atomic
+from neuralgraph.bench.tables import Cell, Column, Group, header, row
+
+
+@dataclass(frozen=True)
+class Data:
+    """Where a benchmark's runs read their data: the command-line option naming the folder, its default,
+    what makes the folder before the runs, and what each run is given of it.
+
+    ``default``: a folder under the checkout, ``{protocol}`` replaced by the protocol's name (or a
+    function of that name). ``prepare(protocol, folder, systems)``: makes or verifies the data of the
+    systems about to run and returns what the table and the runs need of it (default: the folder).
+    ``root(prepared, system)``: a system's ``--data.root`` (default: the folder). ``fit(settings)``:
+    the ``--data.*`` overrides of a run, from its settings. ``build``: ``--data.build true`` (the
+    MNIST-INR data module fits the INRs the folder lacks, on first use).
+    """
+
+    option: str = "--data-root"
+    default: Union[str, Callable[[str], str]] = "data/inrs-{protocol}"
+    help: str = "INR folder (default: data/inrs-<protocol>)"
+    prepare: Optional[Callable[[Mapping[str, Any], Path, set], Any]] = None
+    root: Optional[Callable[[Any, str], Path]] = None
+    fit: Callable[[dict], dict] = lambda settings: settings["data"]
+    build: bool = False
+
+    def folder(self, checkout: Path, protocol: str) -> Path:
+        default = self.default(protocol) if callable(self.default) else self.default.format(protocol=protocol)
+        return checkout / default
+
+
+# MNIST INRs fitted on first use (the protocol's ``data`` entry: limits, preset, source).
+INR_DATA = Data(build=True)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a benchmark's table is written from: the recorded runs and the protocol's systems, in order."""
+
+    benchmark: "Benchmark"
+    protocol_name: str
+    machine: str
+    runs: list[dict]
+    systems: list[str]
+    data: Any  # what ``Data.prepare`` returned, else the data folder
+
+    @property
+    def protocol(self) -> Mapping[str, Any]:
+        return self.benchmark.protocols[self.protocol_name]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A benchmark of ``neuralgraph fit`` runs, as :func:`main` runs it.
+
+    * ``name``: the results files' stem, ``<name>_<protocol>_<machine>``; ``title``: the table's heading.
+    * ``doc``: the script's docstring (its first line is ``--help``'s); ``script``: the script's path
+      (``__file__``): the checkout is its folder's parent (configs, data, runs, results).
+    * ``protocols``: name -> settings; ``plan``: tuples ``(systems, seeds)`` (``(systems, ks, seeds)``
+      with ``per_k``), run in order. The other entries are the benchmark's own (what ``recorded``
+      names is recorded with every run; ``metanet_config`` overrides the config's).
+    * ``systems``: what ``--archs`` may name; ``configs``: each system's ``configs/<configs>/<system>.yaml``.
+    * ``result_fields``: result field -> the fit's metric (``"test/mse"``; ``"test/psnr?"``: null when
+      not logged); ``progress(result)``: the line printed after a run.
+    * ``columns``: the table's (:class:`~neuralgraph.bench.tables.Column`); ``intro``: paragraphs
+      between heading and table (strings, or functions of the :class:`Report`); ``extra_rows(report)``:
+      rows after the runs' (published numbers); ``every_system``: a row for every system of the plan
+      (``not run yet`` where none is recorded), else a row for every recorded (system, k), sorted.
+    * ``settings(protocol, system, k)``: what determines a run but its seed (default: the system's
+      config, ``recorded`` protocol entries and ``system_settings(system)``); ``arguments(settings,
+      seed, data_root, out)``: its ``neuralgraph fit`` arguments (default: :func:`fit_arguments` of
+      those, ``data`` saying which ``--data.*``); ``recorded_before``: the value of each setting
+      that a run recorded before the setting existed ran with.
+    * ``data``: :class:`Data`; ``runs_folder``: run folders under ``runs/benchmarks/<runs_folder>``
+      (default: ``name``); ``write_configs()``: ``--write-configs`` writes the configs and exits.
+    """
+
+    name: str
+    title: str
+    doc: str
+    script: str
+    protocols: Mapping[str, Mapping[str, Any]]
+    systems: Sequence[str]
+    result_fields: Mapping[str, str]
+    columns: Sequence[Column]
+    progress: Callable[[dict], str]
+    intro: Sequence[Union[str, Callable[[Report], str]]] = ()
+    extra_rows: Callable[[Report], list[Sequence[Cell]]] = lambda report: []
+    every_system: bool = True
+    per_k: bool = False
+    configs: Optional[str] = None
+    recorded: Sequence[str] = ("data", "trainer")
+    system_settings: Callable[[str], dict] = lambda system: {}
+    settings: Optional[Callable[[Mapping[str, Any], str, int], dict]] = None
+    arguments: Optional[Callable[[dict, int, Path, Path], list[str]]] = None
+    data: Data = INR_DATA
+    runs_folder: Optional[str] = None
+    recorded_before: Mapping[str, Any] = field(default_factory=dict)
+    write_configs: Optional[Callable[[], list[Path]]] = None
+    systems_help: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.settings is None and self.configs is None:
+            raise ValueError(f"benchmark {self.name!r}: give its systems' configs (configs=FOLDER) or its settings")
+
+    @property
+    def checkout(self) -> Path:
+        """The checkout the script is in (its folder's parent): configs, data, runs and results."""
+        return Path(self.script).resolve().parents[1]
+
+    def plan(self, protocol: Mapping[str, Any]) -> list[tuple]:
+        """The protocol's runs in its order, each once: ``(system, k, seed)`` with ``per_k``, else ``(system, seed)``."""
+        runs = []
+        for systems, *values in protocol["plan"]:
+            ks, seeds = values if self.per_k else ((1,), *values)
+            runs += [(system, k, seed) if self.per_k else (system, seed)
+                     for system in systems for k in ks for seed in seeds]
+        return list(dict.fromkeys(runs))
+
+    def run_settings(self, protocol: Mapping[str, Any], system: str, k: int = 1) -> dict:
+        """What determines a run but its seed (``settings``, or the system's config and the recorded entries)."""
+        if self.settings is not None:
+            return self.settings(protocol, system, k)
+        path = self.checkout / "configs" / self.configs / f"{system}.yaml"
+        if not path.is_file():
+            hint = " (--write-configs writes them)" if self.write_configs else ""
+            raise FileNotFoundError(f"{path.relative_to(self.checkout)}: no config for {system}{hint}")
+        import yaml
+
+        init_args = yaml.safe_load(path.read_text())["model"]["init_args"]
+        return {"config": str(path.relative_to(self.checkout)), "metanet": init_args["metanet"],
+                "metanet_config": {**init_args["metanet_config"], **protocol.get("metanet_config", {})},
+                **{key: protocol[key] for key in self.recorded}, **self.system_settings(system)}
+
+    def run_arguments(self, settings: dict, seed: int, data_root: Path, out: Path) -> list[str]:
+        """``neuralgraph fit`` arguments of one run (resuming from ``out``'s last checkpoint if any)."""
+        if self.arguments is not None:
+            return self.arguments(settings, seed, data_root, out)
+        return fit_arguments(self.checkout / settings["config"], seed, data_root, out, settings["metanet"],
+                             settings["metanet_config"], self.data.fit(settings), settings["trainer"],
+                             build=self.data.build)
+
+    def run_name(self, run: tuple) -> str:
+        """A planned run as the table's "not run yet" line names it."""
+        return f"{run[0]} k={run[1]} seed {run[2]}" if self.per_k else f"{run[0]} seed {run[1]}"
+
+    def table(self, report: Report, missing: Sequence[tuple] = ()) -> str:
+        """The markdown table of ``report``; ``missing``: the protocol's runs not recorded yet."""
+        lines = [f"# {self.title} — protocol `{report.protocol_name}` on `{report.machine}`", ""]
+        for block in self.intro:
+            lines += [block(report) if callable(block) else block, ""]
+        lines += header(self.columns)
+        for group in self.groups(report):
+            lines.append(row(self.cells(group)))
+        lines += [row(cells) for cells in self.extra_rows(report)]
+        if missing:
+            lines += ["", f"Not run yet ({len(missing)} of the protocol's runs): "
+                      + ", ".join(self.run_name(run) for run in missing) + "."]
+        return "\n".join(lines) + "\n"
+
+    def groups(self, report: Report) -> list[Group]:
+        if self.every_system:
+            return [Group(system, 1, [r for r in report.runs if r["arch"] == system], report)
+                    for system in report.systems]
+        keys = sorted(dict.fromkeys((r["arch"], r["k"]) for r in report.runs))
+        return [Group(arch, k, [r for r in report.runs if (r["arch"], r["k"]) == (arch, k)], report)
+                for arch, k in keys]
+
+    def cells(self, group: Group) -> list[Cell]:
+        if group.runs:
+            return [column.cell(group) for column in self.columns]
+        first = next((i for i, column in enumerate(self.columns) if not column.always), None)
+        return [column.cell(group) if column.always else "not run yet" if i == first else None
+                for i, column in enumerate(self.columns)]
+
+    def parser(self) -> argparse.ArgumentParser:
+        """The command line every benchmark shares."""
+        parser = argparse.ArgumentParser(description=self.doc.splitlines()[0])
+        parser.add_argument("--protocol", choices=sorted(self.protocols),
+                            default="smoke" if "smoke" in self.protocols else sorted(self.protocols)[0])
+        parser.add_argument("--archs", nargs="+", choices=sorted(self.systems), help=self.systems_help)
+        if self.per_k:
+            parser.add_argument("--k", nargs="+", type=int)
+        parser.add_argument("--seeds", nargs="+", type=int)
+        parser.add_argument(self.data.option, dest="data", type=Path, default=None, help=self.data.help)
+        parser.add_argument("--out", type=Path, default=self.checkout / "runs" / "benchmarks" / (
+            self.name if self.runs_folder is None else self.runs_folder), help="run folders (checkpoints, logs)")
+        parser.add_argument("--results", type=Path, default=self.checkout / "benchmarks" / "results",
+                            help="folder of the results JSON and table")
+        if self.write_configs is not None:
+            parser.add_argument("--write-configs", action="store_true",
+                                help=f"write configs/{self.configs}/<system>.yaml and exit")
+        return parser
+
+
+def main(benchmark: Benchmark, argv: Optional[list[str]] = None) -> int:
+    """Run ``benchmark``'s command line: fit the selected runs its results JSON lacks, write JSON and table."""
+    args = benchmark.parser().parse_args(argv)
+    if benchmark.write_configs is not None and args.write_configs:
+        for path in benchmark.write_configs():
+            print(path.relative_to(benchmark.checkout))
+        return 0
+    protocol = benchmark.protocols[args.protocol]
+    plan = benchmark.plan(protocol)
+    todo = select_runs(plan, args.archs, *([args.k] if benchmark.per_k else []), args.seeds)
+    todo = [run if benchmark.per_k else (run[0], 1, run[1]) for run in todo]
+    systems = list(dict.fromkeys([run[0] for run in plan] + [run[0] for run in todo]))
+    settings = {(system, k): benchmark.run_settings(protocol, system, k)
+                for system, k in dict.fromkeys((system, k) for system, k, _ in todo)}
+    folder = args.data or benchmark.data.folder(benchmark.checkout, args.protocol)
+    prepared = (benchmark.data.prepare(protocol, folder, {system for system, _, _ in todo})
+                if benchmark.data.prepare is not None else folder)
+
+    def data_root(system: str) -> Path:
+        return benchmark.data.root(prepared, system) if benchmark.data.root is not None else folder
+
+    machine = machine_name()
+    args.results.mkdir(parents=True, exist_ok=True)
+    stem = args.results / f"{benchmark.name}_{args.protocol}_{machine}"
+    runs = load_runs(stem.with_suffix(".json"))
+    report = Report(benchmark, args.protocol, machine, runs, systems, prepared)
+
+    def save() -> None:
+        import torch
+
+        done = {(r["arch"], r["k"], r["seed"]) if benchmark.per_k else (r["arch"], r["seed"]) for r in runs}
+        record = {"protocol": args.protocol, "machine": machine, "cpu": cpu_description(),
+                  "platform": platform.platform(), "torch": torch.__version__, "runs": runs}
+        write_atomic(stem.with_suffix(".json"), json.dumps(record, indent=2))
+        write_atomic(stem.with_suffix(".md"), benchmark.table(report, [run for run in plan if run not in done]))
+
+    run_missing(f"[{args.protocol}]", todo, runs, benchmark.result_fields, lambda system, k: settings[system, k],
+                stem.with_suffix(".json"), args.out / args.protocol,
+                lambda system, k, seed, out: benchmark.run_arguments(settings[system, k], seed, data_root(system), out),
+                save, benchmark.progress, name_k=benchmark.per_k, recorded_before=benchmark.recorded_before)
+    save()
+    print(stem.with_suffix(".md").read_text())
+    return 0
+
+
+def load_script(path: Union[str, Path]) -> ModuleType:
+    """A benchmark script imported as a module by its path (once: a second call returns the same module),
+    for a script that reads another's functions and for the tests."""
+    path = Path(path).resolve()
+    name = f"benchmarks.{path.stem}"
+    module = sys.modules.get(name)
+    if module is not None and getattr(module, "__file__", None) == str(path):
+        return module
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: not a Python script")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def write_fit_config(path: Path, header: str, task: str, init_args: dict, datamodule: str, data: dict,
+                     trainer: dict) -> Path:
+    """A ``neuralgraph fit`` config (seed 0) under the comment lines ``header``, as ``--write-configs`` writes one."""
+    import yaml
+
+    config = {"seed_everything": 0, "model": {"class_path": task, "init_args": init_args},
+              "data": {"class_path": datamodule, "init_args": data}, "trainer": trainer}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + yaml.safe_dump(config, sort_keys=False))
+    return path
