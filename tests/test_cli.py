@@ -304,3 +304,13 @@ def test_a_fit_in_a_log_is_quiet_and_writes_one_line_per_epoch(tiny_inrs, tmp_pa
     assert [line.split(":")[0] for line in epochs] == ["Epoch 0", "Epoch 1"], log
     assert all("2/2" in line and "val/loss=" in line and "train/loss=" in line for line in epochs), log
     assert len([line for line in log.splitlines() if line.startswith("Testing")]) == 1, log
+
+
+def test_fast_dev_run_fits_and_tests_the_weights_it_ends_with(tiny_inrs, tmp_path, capsys):
+    """A fast_dev_run writes no checkpoint: the test after fit uses the final weights (and says so)."""
+    code = main(["fit", "--config", "demo", "--data.root", str(tiny_inrs), "--data.preset", "null",
+                 "--data.limit_train", "16", "--data.limit_val", "8", "--data.limit_test", "8",
+                 "--trainer.fast_dev_run", "true", "--trainer.default_root_dir", str(tmp_path / "run")])
+    assert code == 0
+    assert "testing the weights the run ends with" in capsys.readouterr().out
+    assert (tmp_path / "run" / "editing_test.png").is_file()

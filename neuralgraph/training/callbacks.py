@@ -28,6 +28,9 @@ class InputStatistics(Callback):
     become buffers of the model, so checkpoints carry them; a resumed fit keeps the checkpoint's.
     Needs a data module with ``batch(split, indices)`` and ``size(split)``
     (:class:`~neuralgraph.training.datamodule.MnistInrDataModule`).
+
+    Args:
+        count: the most training INRs the statistics are computed from.
     """
 
     def __init__(self, count: int = 10_000):
@@ -53,6 +56,9 @@ class EditingGrid(Callback):
     input | target | OCE average | members (:func:`~neuralgraph.training.visualize.editing_grid`).
     The val grid shows the last validation epoch; no validation, no val grid. ``written[stage]``
     keeps the tensors of the grid last written (``neuralgraph demo`` sets runs side by side).
+
+    Args:
+        rows: INRs shown, one per row.
     """
 
     def __init__(self, rows: int = 6):
@@ -76,7 +82,8 @@ class EditingGrid(Callback):
         self._keep(trainer, "test", outputs, batch, batch_idx, dataloader_idx)
 
     def _write(self, trainer: L.Trainer, stage: str) -> Optional[Path]:
-        log_dir = Path(trainer.log_dir)  # a collective under DDP: every rank asks
+        # a collective under DDP: every rank asks; without a logger (fast_dev_run) the run's root folder
+        log_dir = Path(trainer.log_dir or trainer.default_root_dir)
         grid = self.first.pop(stage, None)
         if grid is None:
             return None
@@ -107,7 +114,7 @@ class PredictionWriter(BasePredictionWriter):
         if not predictions:
             return
         name = "predictions" + (f"-rank{trainer.global_rank}" if trainer.world_size > 1 else "")
-        path = Path(trainer.log_dir) / f"{name}.safetensors"
+        path = Path(trainer.log_dir or trainer.default_root_dir) / f"{name}.safetensors"
         path.parent.mkdir(parents=True, exist_ok=True)
         tensors = {key: torch.cat([batch[key] for batch in predictions]).contiguous().cpu() for key in predictions[0]}
         save_file(tensors, str(path))

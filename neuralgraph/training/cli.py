@@ -174,8 +174,15 @@ class NeuralgraphCLI(LightningCLI):
         return trainer
 
     def after_fit(self) -> None:
-        if self.config[self.subcommand].get("test_after_fit", True):
-            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best")
+        """Test at the best-validation checkpoint (``--test_after_fit``); a ``fast_dev_run``, which
+        writes no checkpoint, tests the weights it ends with and says so."""
+        if not self.config[self.subcommand].get("test_after_fit", True):
+            return
+        if self.trainer.fast_dev_run:
+            print("fast_dev_run wrote no checkpoint: testing the weights the run ends with")
+            self.trainer.test(self.model, datamodule=self.datamodule)
+            return
+        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best")
 
 
 def run_lightning_cli(argv: list[str]) -> NeuralgraphCLI:
