@@ -16,7 +16,7 @@ ifneq ($(wildcard $(MNIST_DIR)/train-images-idx3-ubyte.gz),)
 export NEURALGRAPH_MNIST ?= $(MNIST_DIR)
 endif
 
-.PHONY: install test demo bench scatter clean
+.PHONY: install test demo bench scatter docs clean
 
 install: $(VENV)/.installed
 
@@ -40,5 +40,15 @@ demo: install
 bench: install
 	$(PY) benchmarks/speed.py
 
+# The reference site (docs/index.md): guides and API pages, warnings are errors. -E: every page is
+# read again, so a warning of an unchanged page is never hidden by an incremental build.
+docs: $(VENV)/.docs-installed
+	$(VENV)/bin/sphinx-build -E -q -W --keep-going -b html docs docs/_build/html
+	@echo "docs/_build/html/index.html"
+
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
+	$(PIP) install -e ".[docs]"
+	@touch $@
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis docs/_build docs/api

@@ -47,7 +47,7 @@ from neuralgraph.bench import Benchmark, Column, main
 from neuralgraph.bench.published import DILATION_MSE
 from neuralgraph.bench.runner import fit_arguments
 from neuralgraph.bench.tables import EPOCHS, HIDDEN_DIM, PARAMETERS, PEAK_MEMORY, mean_std, wall_minutes
-from neuralgraph.bench.widths import CPU_OPTIONS, REFERENCE, matched_width
+from neuralgraph.bench.widths import REFERENCE, budget_options, matched_width
 from neuralgraph.nn import METANETS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ PAPER_ROWS = ("nft", "np_nfn", "ng_gnn64", "ng_t64", "scalegmn_b", "scalegmn_b_g
 # The architecture table of the cpu protocols: name -> (registered metanet, options beside the width):
 # every registered metanet, then the probe- and gradient-feature variants.
 CPU_SYSTEMS = {
-    **{name: (name, CPU_OPTIONS.get(name, {})) for name in METANETS},
+    **{name: (name, budget_options(name)) for name in METANETS},
     "ng_gnn_probe16": ("ng_gnn", {"probe_features": 16}),
     "gmn_grad16": ("gmn", {"gradient_features": 16}),
     "scalegmn_b_grad16": ("scalegmn_b", {"gradient_features": 16}),

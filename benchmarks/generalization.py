@@ -21,8 +21,8 @@ resumes from its ``last.ckpt``, and a recorded run whose settings differ from th
 an error naming the field.
 
 Systems (:data:`SYSTEMS`), each at the width whose model (metanetwork + readout) has the parameter
-count nearest GMN's at hidden 64 and 3 layers, within 5% (``neuralgraph.bench.widths.matched_width``; 10% for DWS
-and NFN-HNP, :data:`COARSE_TOLERANCE`):
+count nearest GMN's at hidden 64 and 3 layers, within the metanetwork's declared ``budget_tolerance`` (``neuralgraph.bench.widths.matched_width``; 5%,
+10% for DWS and NFN-HNP, whose counts move in coarser steps):
 
 * every registered metanetwork whose symmetry holds on the mixed relu/tanh zoo, and StatNN
   (``neuralgraph.nn.statnn``: an MLP on per-layer weight and bias statistics);
@@ -53,19 +53,17 @@ from neuralgraph.bench.benchmark import write_fit_config
 from neuralgraph.bench.machine import cpu_description
 from neuralgraph.bench.published import CIFAR10_GS_TAU
 from neuralgraph.bench.tables import EPOCHS, HIDDEN_DIM, PARAMETERS, SYSTEM, published_column, seeds_column, wall_column
-from neuralgraph.bench.widths import BUDGET_TOLERANCE, CPU_OPTIONS, REFERENCE, matched_width, readout_parameters
+from neuralgraph.bench.widths import (BUDGET_TOLERANCE, REFERENCE, budget_options, budget_tolerance, matched_width,
+                                       plan_order, readout_parameters)
 from neuralgraph.nn import METANETS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "generalization"
 LAYER_FEATURES = [9, 9, 9, 1]  # real edge features of the zoo's weight layers: three 3x3 kernels, the classifier
-# systems whose parameter count moves in steps coarser than 5% of the budget per unit of width (the
-# weight-space layers' count grows with the width squared times the 9 kernel features): the nearest width
-COARSE_TOLERANCE = {"dws": 0.10, "nfn_hnp": 0.10}
 # system -> (registered metanet or baseline, options beside the width, activations of the networks read or None)
 SYSTEMS = {
     "statnn": ("statnn", {"num_layers": 2, "dropout": 0.0, "layer_features": LAYER_FEATURES}, None),
-    **{name: (name, CPU_OPTIONS.get(name, {}), None) for name, cls in METANETS.items() if cls.scaling is None},
+    **{name: (name, budget_options(name), None) for name, cls in METANETS.items() if cls.scaling is None},
     "scalegmn_tanh": ("scalegmn", {"activation": "tanh"}, "tanh"),
     "scalegmn_b_tanh": ("scalegmn_b", {"activation": "tanh"}, "tanh"),
     "gmn_tanh": ("gmn", {}, "tanh"),
@@ -75,10 +73,9 @@ REFUSED = {name: "equivariant to one activation's scaling group; the zoo mixes r
                  f"(run on the tanh networks: {name}_tanh)"
            for name, cls in METANETS.items() if cls.scaling is not None}
 
-# the cpu protocol's order: the fast systems first, NG-GNN and NG-T (about 1 min an epoch on one thread) last
-CPU_ORDER = ("statnn", "dws", "nfn_hnp", "nfn_np", "nft", "gmn", "scalegmn_tanh", "scalegmn_b_tanh", "gmn_tanh",
-             "ng_gnn", "ng_t")
-assert sorted(CPU_ORDER) == sorted(SYSTEMS), "CPU_ORDER lists every system once"
+# the cpu protocol's order: the registry's, the architectures declared slow (NG-GNN and NG-T, about 1 min an
+# epoch on one thread) last
+CPU_ORDER = plan_order(tuple(SYSTEMS), lambda system: SYSTEMS[system][0])
 
 PROTOCOLS = {
     "cpu": {
@@ -128,10 +125,10 @@ def reference_parameters() -> int:
 
 def budget_config(system: str) -> dict:
     """The metanet config of ``configs/generalization/<system>.yaml``: ``CPU_DEPTH`` and the system's
-    options at the width whose model is nearest GMN's at hidden 64 on the mixed zoo (within 5%)."""
+    options at the width whose model is nearest GMN's at hidden 64 on the mixed zoo (within its declared
+    ``budget_tolerance``)."""
     metanet, options, subset = SYSTEMS[system]
     return matched_width(system, metanet, options, reference_parameters(),
-                         COARSE_TOLERANCE.get(system, BUDGET_TOLERANCE),
                          count=lambda name, config: model_parameters(name, config, subset_activations(subset)))
 
 
@@ -198,7 +195,8 @@ def training_paragraph(report) -> str:
     return (f"Every model trains {protocol['trainer']['max_epochs']} epoch(s) (batch {protocol['batch_size']}) and is "
             "tested at its best-validation checkpoint (lowest validation MSE); mean ± std over seeds (n); every "
             "system at the width whose model (metanetwork + readout) is nearest GMN's at hidden 64, within 5% ("
-            + ", ".join(f"{name} {tolerance:.0%}" for name, tolerance in COARSE_TOLERANCE.items())
+            + ", ".join(f"{name} {budget_tolerance(metanet):.0%}" for name, (metanet, _, _) in SYSTEMS.items()
+                        if budget_tolerance(metanet) != BUDGET_TOLERANCE)
             + ": their counts move in coarser steps)"
             + (f"; this protocol overrides {protocol['metanet_config']}" if "metanet_config" in protocol else "")
             + f". CPU: {cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.")

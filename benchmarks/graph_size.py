@@ -148,7 +148,7 @@ def run_case(model: str, input_name: str, option: str, one_step_s: float, max_st
         start = time.perf_counter()
         for parameter in parameters:
             parameter.grad = None
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=option.endswith("bf16")):
+        with torch.autocast(graph.x.device.type, dtype=torch.bfloat16, enabled=option.endswith("bf16")):
             loss = readout(graph, *metanet(graph, context), context).float().square().sum()
         loss.backward()
         return time.perf_counter() - start

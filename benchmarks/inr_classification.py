@@ -46,25 +46,28 @@ from neuralgraph.bench.tables import (
     seeds_column,
     wall_column,
 )
-from neuralgraph.bench.widths import CPU_OPTIONS, REFERENCE, matched_width, readout_parameters
+from neuralgraph.bench.widths import REFERENCE, budget_options, matched_width, plan_order, readout_parameters
 from neuralgraph.nn import METANETS
 
 DWS_RELEASED = {"preset": "dws-released"}
 NUM_CLASSES = 10
 
+# every registered metanetwork, those declared slow last
+ORDER = plan_order(tuple(METANETS))
+
 PROTOCOLS = {
     "full": {
-        "plan": ((tuple(METANETS), (0, 1, 2)),),
+        "plan": ((ORDER, (0, 1, 2)),),
         "data": {"limit_train": None, "limit_val": None, "limit_test": None, **DWS_RELEASED},
         "trainer": {"max_epochs": 150},
     },
     "cpu": {
-        "plan": ((tuple(METANETS), (0,)), (tuple(METANETS), (1, 2))),
+        "plan": ((ORDER, (0,)), (ORDER, (1, 2))),
         "data": {"limit_train": 5000, "limit_val": 500, "limit_test": 1000, **DWS_RELEASED},
         "trainer": {"max_epochs": 12},
     },
     "smoke": {
-        "plan": ((tuple(METANETS), (0,)),),
+        "plan": ((ORDER, (0,)),),
         "data": {"limit_train": 64, "limit_val": 32, "limit_test": 32, "preset": None},  # any recipe: tiny fits
         "trainer": {"max_epochs": 1},
         "metanet_config": {"hidden_dim": 8, "num_layers": 1},
@@ -78,10 +81,10 @@ def classifier_parameters(metanet: str, config: dict) -> int:
 
 
 def budget_config(arch: str) -> dict:
-    """The metanet config of ``configs/inr_classification/<arch>.yaml``: ``CPU_DEPTH`` + ``CPU_OPTIONS``
+    """The metanet config of ``configs/inr_classification/<arch>.yaml``: ``CPU_DEPTH`` + the declared ``budget_options``
     (``neuralgraph.bench.widths``) at the width whose classifier parameters are nearest GMN's at hidden 64
     (within 5%)."""
-    return matched_width(arch, arch, CPU_OPTIONS.get(arch, {}), classifier_parameters(*REFERENCE),
+    return matched_width(arch, arch, budget_options(arch), classifier_parameters(*REFERENCE),
                          count=classifier_parameters)
 
 

@@ -40,12 +40,16 @@ from neuralgraph.bench import Benchmark, Column, Data, main
 from neuralgraph.bench.benchmark import write_fit_config
 from neuralgraph.bench.machine import cpu_description
 from neuralgraph.bench.tables import EPOCHS, HIDDEN_DIM, PARAMETERS, SYSTEM, seeds_column, wall_column
-from neuralgraph.bench.widths import BUDGET_TOLERANCE, REFERENCE, matched_width, readout_parameters
+from neuralgraph.bench.widths import REFERENCE, budget_options, matched_width, plan_order, readout_parameters
+from neuralgraph.nn import METANETS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs" / "transformer_zoo"
-SYSTEMS = {"statnn": {"num_layers": 2, "dropout": 0.0}, "gmn": {}, "ng_gnn": {}, "ng_t": {}}
-ORDER = ("statnn", "gmn", "ng_gnn", "ng_t")
+# StatNN and every registered metanetwork that reads general parameter graphs (its declared
+# reads_general_graphs): system -> options beside the width
+SYSTEMS = {"statnn": {"num_layers": 2, "dropout": 0.0},
+           **{name: budget_options(name) for name, cls in METANETS.items() if cls.reads_general_graphs}}
+ORDER = plan_order(tuple(SYSTEMS))
 
 PROTOCOLS = {
     "cpu": {
@@ -87,8 +91,7 @@ def model_parameters(metanet: str, config: dict) -> int:
 
 
 def budget_config(system: str) -> dict:
-    return matched_width(system, system, SYSTEMS[system], model_parameters(*REFERENCE), BUDGET_TOLERANCE,
-                         count=model_parameters)
+    return matched_width(system, system, SYSTEMS[system], model_parameters(*REFERENCE), count=model_parameters)
 
 
 def write_configs() -> list[Path]:

@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         argv: the arguments after ``neuralgraph`` (default: ``sys.argv[1:]``).
 
     Returns:
-        The exit status: 0, or 2 after a one-line error (``--debug``: the exception propagates).
+        The exit status, 0 or 2 after a one-line error (with ``--debug`` the exception propagates).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = debug_requested()

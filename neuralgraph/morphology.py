@@ -27,22 +27,46 @@ def _check(images: Tensor, size: int) -> None:
 
 
 def dilation(images: Tensor, size: int = 3) -> Tensor:
-    """Grey-scale dilation (local maximum over a ``size x size`` window), one iteration."""
+    """Grey-scale dilation (local maximum over a ``size x size`` window), one iteration.
+
+    Args:
+        images: ``[B, H, W]``.
+        size: the window's side, odd.
+
+    Returns:
+        ``[B, H, W]``.
+    """
     _check(images, size)
     return F.max_pool2d(images.unsqueeze(1), size, stride=1, padding=size // 2).squeeze(1)
 
 
 def erosion(images: Tensor, size: int = 3) -> Tensor:
-    """Grey-scale erosion (local minimum over a ``size x size`` window), one iteration."""
+    """Grey-scale erosion (local minimum over a ``size x size`` window), one iteration.
+
+    Args:
+        images: ``[B, H, W]``.
+        size: the window's side, odd.
+
+    Returns:
+        ``[B, H, W]``.
+    """
     return -dilation(-images, size)
 
 
 def gradient(images: Tensor, size: int = 3) -> Tensor:
-    """Morphological gradient, ``dilation - erosion``: bright on edges, zero on flat areas."""
+    """Morphological gradient, ``dilation - erosion``: bright on edges, zero on flat areas.
+
+    Args:
+        images: ``[B, H, W]``.
+        size: the window's side, odd.
+
+    Returns:
+        ``[B, H, W]``.
+    """
     return dilation(images, size) - erosion(images, size)
 
 
-# name -> edit, for selecting the training target by name
+#: The edits by name, for selecting a training target by name.
 EDITS: dict[str, Callable[[Tensor], Tensor]] = {
     "dilation": dilation,
     "erosion": erosion,

@@ -17,7 +17,8 @@ from typing import Any, Iterable, Optional
 
 from tqdm import tqdm
 
-LINE_INTERVAL = 30.0  # seconds between two lines of a bar written to a log
+#: Seconds between two lines of a bar written to a log (not a terminal).
+LINE_INTERVAL = 30.0
 
 
 def is_terminal(stream: Any) -> bool:

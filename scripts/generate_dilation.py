@@ -1,116 +1,22 @@
-"""Write configs/dilation/<arch>_k<k>.yaml (the OCE dilation grid) and configs/dilation/paper/<row>_k<k>.yaml.
+"""Write the dilation config grids into ``neuralgraph/configs/dilation`` (``configs/dilation`` in a checkout).
 
-``configs/`` is ``neuralgraph/configs/``, shipped with the package (``neuralgraph configs`` lists it).
-
-The grid holds every registered architecture (:data:`neuralgraph.nn.METANETS`); a registered
-name without a reference configuration below is an error. k = 1 uses the width below; k > 1
-gives it as ``reference_hidden_dim`` instead, so that the task picks ``hidden_dim`` at start,
-the largest width at which metanet + decoder(k) fit the k = 1 parameter count (both counts are
-printed), and stores it in the checkpoint. Each config checkpoints and logs in its own
-``runs/<path under configs/>``, so ``--ckpt_path last`` of one config never resumes another's
-run. ``paper/`` holds the systems of the paper's dilation table at their published sizes
-(sources in docs/architectures.md). Run from anywhere: ``python scripts/generate_dilation.py``.
+``configs/dilation/<arch>_k<k>.yaml`` for every registered architecture at its declared reference
+configuration, and ``configs/dilation/paper/<row>_k<k>.yaml``: :mod:`neuralgraph.bench.grids`
+computes them; this writes them. Run from anywhere: ``python scripts/generate_dilation.py``.
 """
 from pathlib import Path
 
-from neuralgraph.nn import METANETS
+from neuralgraph.bench.grids import dilation_grid, paper_grid
 
 DILATION = Path(__file__).resolve().parents[1] / "neuralgraph" / "configs" / "dilation"
 
-ARCHITECTURES = {  # the k = 1 reference configurations
-    "gmn": {"hidden_dim": 128, "num_layers": 4, "dropout": 0.0},
-    "ng_gnn": {"hidden_dim": 64, "num_layers": 4, "dropout": 0.0},
-    "ng_t": {"hidden_dim": 64, "num_layers": 4, "dropout": 0.0},
-    "nft": {"hidden_dim": 64, "num_layers": 4, "dropout": 0.0},
-    "dws": {"hidden_dim": 32, "num_layers": 4, "dropout": 0.0},
-    "nfn_hnp": {"hidden_dim": 32, "num_layers": 4, "dropout": 0.0},
-    "nfn_np": {"hidden_dim": 32, "num_layers": 4, "dropout": 0.0},
-    "scalegmn": {"hidden_dim": 64, "num_layers": 4, "dropout": 0.0},
-    "scalegmn_b": {"hidden_dim": 64, "num_layers": 4, "dropout": 0.0},
-}
-KS = (1, 2, 4, 8)
-
-PAPER = {  # row of the dilation table: (metanet, k = 1 configuration, where the sizes come from)
-    "nft": ("nft", {"hidden_dim": 64, "num_layers": 4, "dropout": 0.0},
-            "no published dilation config found; this repository's NFT defaults"),
-    "np_nfn": ("nfn_np", {"hidden_dim": 128, "num_layers": 3, "dropout": 0.0, "fourier_features": 128,
-                          "fourier_scale": 3.0},
-               "mkofinas/neural-graphs experiments/style_editing/configs/model/nfn.yaml"),
-    "ng_gnn64": ("ng_gnn", {"hidden_dim": 128, "num_layers": 4, "dropout": 0.2, "probe_features": 64},
-                 "mkofinas/neural-graphs style_editing pna.yaml, mnist_dilation_gnn.sh, 64 probes"),
-    "ng_t64": ("ng_t", {"hidden_dim": 64, "num_layers": 4, "num_heads": 4, "dropout": 0.3, "fourier_features": 128,
-                        "fourier_scale": 3.0, "probe_features": 64},
-               "mkofinas/neural-graphs style_editing rtransformer.yaml, mnist_dilation_rt.sh, 64 probes"),
-    "scalegmn_b": ("scalegmn_b", {"hidden_dim": 128, "num_layers": 10, "dropout": 0.1},
-                   "jkalogero/scalegmn configs/mnist_editing/scalegmn_bidir.yml"),
-    "scalegmn_b_gradmetanet": ("scalegmn_b", {"hidden_dim": 128, "num_layers": 10, "dropout": 0.1,
-                                              "gradient_features": 64},
-                               "scalegmn_bidir.yml + gradients at 64 points (GradMetaNet, arXiv:2507.01649)"),
-    "gmn_gradmetanet": ("gmn", {"hidden_dim": 128, "num_layers": 10, "dropout": 0.1, "gradient_features": 64},
-                        "the OCE GMN + gradients at 64 points"),
-    "dws": ("dws", {"hidden_dim": 32, "num_layers": 4, "dropout": 0.1},
-            "dayanadir/capacity_increase_inr_editing_experiment README (feat=1) and inr_editing.yaml"),
-    "gmn": ("gmn", {"hidden_dim": 128, "num_layers": 10, "dropout": 0.1},
-            "dayanadir/capacity_increase_inr_editing_experiment README (feat=1) and inr_editing.yaml"),
-}
-
-TEMPLATE = """\
-# INR dilation (MNIST SIREN 2-32-32-1, 3x3 dilation target, pixel MSE) with {arch}, k={k}.
-# {budget}
-seed_everything: 0
-model:
-  class_path: neuralgraph.training.tasks.InrEditing
-  init_args:
-    metanet: {arch}
-    metanet_config: {{{config}}}
-    k: {k}
-    edit: dilation{reference}
-data:
-  root: data/inrs
-  batch_size: 32
-trainer:
-  max_epochs: 150
-  default_root_dir: {root_dir}
-"""
-
-
-def config_text(arch: str, config: dict, k: int, root_dir: str) -> str:
-    """One config: ``config`` as is at k = 1; at k > 1 its ``hidden_dim`` becomes ``reference_hidden_dim``."""
-    if k == 1:
-        budget, reference = "The reference width (k = 1).", ""
-    else:
-        width = config["hidden_dim"]
-        config = {key: value for key, value in config.items() if key != "hidden_dim"}
-        budget = f"Budget-matched to the k = 1 model (hidden_dim {width}): hidden_dim is chosen at start, then stored."
-        reference = f"\n    reference_hidden_dim: {width}"
-    return TEMPLATE.format(arch=arch, k=k, budget=budget, reference=reference, root_dir=root_dir,
-                           config=", ".join(f"{key}: {value}" for key, value in config.items()))
-
-
-def write_grid() -> None:
-    """configs/dilation/<arch>_k<k>.yaml for every registered architecture."""
-    missing = sorted(set(METANETS) - set(ARCHITECTURES))
-    if missing:
-        raise ValueError(f"ARCHITECTURES has no reference configuration for the registered metanets {missing}")
-    out = DILATION
-    for arch, config in ARCHITECTURES.items():
-        for k in KS:
-            (out / f"{arch}_k{k}.yaml").write_text(config_text(arch, config, k, f"runs/dilation/{arch}_k{k}"))
-
-
-def write_paper() -> None:
-    """configs/dilation/paper/<row>_k<k>.yaml."""
-    out = DILATION / "paper"
-    out.mkdir(parents=True, exist_ok=True)
-    for row, (arch, config, source) in PAPER.items():
-        for k in KS:
-            text = config_text(arch, config, k, f"runs/dilation/paper/{row}_k{k}")
-            (out / f"{row}_k{k}.yaml").write_text(f"# Paper row {row}: {source}.\n" + text)
-
 
 def main() -> None:
-    write_grid()
-    write_paper()
+    for name, text in {**dilation_grid(), **paper_grid()}.items():
+        path = DILATION / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        print(path)
 
 
 if __name__ == "__main__":

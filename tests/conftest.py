@@ -1,4 +1,12 @@
-"""Shared fixtures, and rounding tolerances derived from the computations they compare."""
+"""Shared fixtures, and rounding tolerances derived from the computations they compare.
+
+The device: tests that take one ask for the ``device`` fixture (they are marked ``device``, so
+``pytest -m device`` selects them); it is ``$NEURALGRAPH_DEVICE`` (``cpu`` unless set, e.g. ``cuda``).
+Tests of CPU-only code (the compiled SIREN kernel) are marked ``cpu_only`` and skip, saying so, when the
+device is another.
+"""
+import os
+
 import pytest
 import torch
 
@@ -47,3 +55,35 @@ def tiny_inrs(tmp_path_factory):
     for split, limit in (("train", 64), ("val", 32), ("test", 32)):
         make_inrs(root, (split,), limit, settings, progress=False)
     return root
+
+
+def selected_device() -> torch.device:
+    """``$NEURALGRAPH_DEVICE`` (default ``cpu``), the device the tests that take one run on."""
+    return torch.device(os.environ.get("NEURALGRAPH_DEVICE", "cpu"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "device: takes the device fixture ($NEURALGRAPH_DEVICE, default cpu)")
+    config.addinivalue_line("markers", "cpu_only(reason): tests CPU-only code; skipped when $NEURALGRAPH_DEVICE "
+                                       "is not cpu")
+
+
+def pytest_collection_modifyitems(config, items):
+    device = selected_device()
+    for item in items:
+        if "device" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.device)
+        marker = item.get_closest_marker("cpu_only")
+        if marker is not None and device.type != "cpu":
+            reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "CPU-only code")
+            item.add_marker(pytest.mark.skip(reason=f"{reason} (NEURALGRAPH_DEVICE={device})"))
+
+
+@pytest.fixture(scope="session")
+def device() -> torch.device:
+    """The device of the tests that take one: ``$NEURALGRAPH_DEVICE``, default ``cpu``; a device this machine
+    lacks fails the test that asks for it (a run meant for a GPU must not pass on the CPU)."""
+    device = selected_device()
+    if device.type == "cuda" and not torch.cuda.is_available():
+        pytest.fail(f"NEURALGRAPH_DEVICE={device}, but torch sees no CUDA device")
+    return device

@@ -1,4 +1,4 @@
-"""CNN zoo: batched training is per-network exact, storage resumes and is sha-checked, the
+"""CNN zoo: the trainer's forward is each network's, storage resumes and is sha-checked, the
 entries convert to parameter graphs, and GeneralizationPrediction fits through the CLI."""
 import json
 
@@ -12,11 +12,11 @@ from neuralgraph.data.cnn_zoo import (
     DatasetError,
     ZooNetwork,
     ZooSettings,
-    batched_forward,
     make_cnn_zoo,
     weight_statistics,
     zoo_graph,
 )
+from neuralgraph.data.zoo_trainer import ConvStack
 from neuralgraph.graph import module_to_graph
 
 TINY = ZooSettings(networks=8, shard_size=4, checkpoint_epochs=(1, 2), train_size=64, test_size=32, batch_size=32,
@@ -46,17 +46,19 @@ def test_splits_partition_the_networks(tiny_zoo):
         assert ((d.accuracy >= 0) & (d.accuracy <= 1)).all()
 
 
-def test_batched_forward_is_each_network_alone(tiny_zoo):
+def test_the_trainers_forward_is_each_network_alone(tiny_zoo):
     dataset = CnnZooDataset(tiny_zoo, "train")
-    # float64: unfold + bmm against conv2d is an exact identity. A sum of at most 145 terms rounds by
-    # at most 145 u (u = 1.1e-16) times its terms' magnitudes (logits reach 20): below 1e-11 over four
-    # layers in any order (7e-15 seen), far below assert_close's float64 rtol and atol of 1e-7
+    # float64: patches + matrix product against conv2d is an exact identity. A sum of at most 145 terms
+    # rounds by at most 145 u (u = 1.1e-16) times its terms' magnitudes (logits reach 20): below 1e-11
+    # over four layers in any order, far below assert_close's float64 rtol and atol of 1e-7
     x = torch.randn(5, 1, 28, 28, dtype=torch.float64)
     names = list(ZooNetwork().state_dict())
-    params = [{k: dataset.tensors[k][i].double() for k in names} for i in range(len(dataset))]
-    together = batched_forward(params, dataset.tensors["activation"], x)
+    activations = [ACTIVATIONS[int(a)] for a in dataset.tensors["activation"]]
+    stack = ConvStack({k: dataset.tensors[k].double() for k in names}, activations, [0.0] * len(dataset), tile=2)
+    inputs = stack.prepare(x)
+    assert len(set(activations)) > 1
     for i in range(len(dataset)):
-        torch.testing.assert_close(together[:, i], entry_module(dataset, i).double()(x))
+        torch.testing.assert_close(stack.logits(i, inputs), entry_module(dataset, i).double()(x))
 
 
 def test_entries_are_the_graphs_of_their_modules(tiny_zoo):

@@ -264,7 +264,7 @@ def test_coupled_decoder_cross_blocks():
 @pytest.mark.parametrize("name, group", [("gmn", None), ("scalegmn", "sign"), ("scalegmn", "scale")])
 @settings(max_examples=4, deadline=None)
 @given(seed=st.integers(0, 2**16), hidden=st.tuples(st.integers(2, 5), st.integers(2, 5)))
-def test_coupled_decoder_is_equivariant(name, group, seed, hidden):
+def test_coupled_decoder_is_equivariant(name, group, seed, hidden, device):
     """Permuting (and, for ScaleGMN, rescaling) the input's hidden neuron i moves every copy (m, i) of
     the wide output alike: permutation p sends (m, i) to (m, p(i)), scaling q_i multiplies (m, i)."""
     from neuralgraph.graph import permute_mlp, random_hidden_permutations
@@ -273,19 +273,20 @@ def test_coupled_decoder_is_equivariant(name, group, seed, hidden):
     layout, k = (2, *hidden, 1), 3
     torch.manual_seed(seed)
     options = {"scaling": group, "activation": "relu" if group == "scale" else "sine"} if group else {}
-    metanet = build_metanet(name, hidden_dim=8, num_layers=2, max_layers=3, **options).double().eval()
+    metanet = build_metanet(name, hidden_dim=8, num_layers=2, max_layers=3, **options).double().eval().to(device)
     coupled = WeightDecoder(8, k, max_layers=3, init_scale=0.5, scaling=metanet.scaling, members="coupled").double()
     nn.init.constant_(coupled.cross_scale, 0.5)
+    coupled.to(device)
     generator = torch.Generator().manual_seed(seed)
     weights, biases = random_mlps(layout, 2, seed)
     perms = random_hidden_permutations(layout, 2, generator)
     scalings = random_hidden_scalings(layout, group, 2, generator) if group else [None] * len(perms)
 
     def decode(w, b):
-        graph = mlp_to_graph(w, b)
+        graph = mlp_to_graph(w, b).to(device)
         with torch.no_grad():
             wide_w, wide_b = coupled(graph, *metanet(graph))
-        return [x[:, 0] for x in wide_w], [x[:, 0] for x in wide_b]
+        return [x[:, 0].cpu() for x in wide_w], [x[:, 0].cpu() for x in wide_b]
 
     copies = [torch.cat([m * p.shape[1] + p for m in range(k)], dim=1) for p in perms]
     wide_scalings = [None if q is None else q.repeat(1, k) for q in scalings]
@@ -328,14 +329,14 @@ def test_decoder_members_parameter_counts():
 
 @pytest.mark.parametrize("members", ["independent", "coupled", "tied"])
 @pytest.mark.parametrize("scaling", [None, "sign"])
-def test_heads_read_the_batch_weights_as_they_read_the_graph(members, scaling):
+def test_heads_read_the_batch_weights_as_they_read_the_graph(members, scaling, device):
     """Given a context holding the batch's WeightBlocks, the decoder adds its deltas to those blocks and the
     readout pools with the context's graph index: what both compute from the graph alone, gradients included."""
     from neuralgraph.nn import WeightBlocks
     from neuralgraph.nn.context import graph_context
 
     layout = (2, 5, 4, 1)
-    weights, biases = random_mlps(layout, 3, 7)
+    weights, biases = ([t.to(device) for t in ts] for ts in random_mlps(layout, 3, 7))
     graph = mlp_to_graph(weights, biases)
     context = graph_context(graph, blocks=WeightBlocks.of_mlps(weights, biases))
     torch.manual_seed(0)
@@ -344,8 +345,9 @@ def test_heads_read_the_batch_weights_as_they_read_the_graph(members, scaling):
     if decoder.cross_scale is not None:  # zero at initialisation: let the cross-copy blocks count
         with torch.no_grad():
             decoder.cross_scale.fill_(0.2)
-    node = torch.randn(graph.num_nodes, 6, dtype=torch.float64)
-    edge = torch.randn(graph.num_edges, 6, dtype=torch.float64)
+    decoder, readout = decoder.to(device), readout.to(device)
+    node = torch.randn(graph.num_nodes, 6, dtype=torch.float64).to(device)
+    edge = torch.randn(graph.num_edges, 6, dtype=torch.float64).to(device)
     results = []
     for passed in (context, None):
         decoder.zero_grad()

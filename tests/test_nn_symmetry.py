@@ -30,13 +30,14 @@ TOLERANCE = 1e-10
 
 
 @lru_cache(maxsize=None)
-def float64_model(name: str) -> tuple[Metanet, InvariantReadout, WeightDecoder]:
-    """A small metanet with both heads, in float64 and eval mode, built once per architecture."""
+def float64_model(name: str, device: torch.device = torch.device("cpu")) -> tuple[Metanet, InvariantReadout,
+                                                                               WeightDecoder]:
+    """A small metanet with both heads, in float64 and eval mode on ``device``, built once per architecture."""
     torch.manual_seed(0)
     metanet = build_metanet(name, hidden_dim=16, num_layers=2, max_layers=MAX_LAYERS)
     readout = InvariantReadout(16, 5, max_layers=MAX_LAYERS)
     decoder = WeightDecoder(16, K, max_layers=MAX_LAYERS, init_scale=0.5)
-    return tuple(m.double().eval() for m in (metanet, readout, decoder))
+    return tuple(m.double().eval().to(device) for m in (metanet, readout, decoder))
 
 
 def random_mlps(layout, batch_size, seed):
@@ -46,12 +47,14 @@ def random_mlps(layout, batch_size, seed):
     return weights, biases
 
 
-def run_heads(name, weights, biases):
-    metanet, readout, decoder = float64_model(name)
-    graph = mlp_to_graph(weights, biases)
+def run_heads(name, weights, biases, device=torch.device("cpu")):
+    """Readout and decoded networks of the MLPs on ``device``, back on the CPU."""
+    metanet, readout, decoder = float64_model(name, device)
+    graph = mlp_to_graph(weights, biases).to(device)
     with torch.no_grad():
         node, edge = metanet(graph)
-        return readout(graph, node, edge), decoder(graph, node, edge)
+        pooled, (new_weights, new_biases) = readout(graph, node, edge), decoder(graph, node, edge)
+    return pooled.cpu(), ([w.cpu() for w in new_weights], [b.cpu() for b in new_biases])
 
 
 def inverse(perm):
@@ -69,12 +72,12 @@ layouts = st.tuples(st.integers(2, 5), st.integers(2, 5)).map(lambda hidden: (2,
 @pytest.mark.parametrize("name", ARCHITECTURES)
 @settings(max_examples=3, deadline=None)
 @given(layout=layouts, seed=st.integers(0, 2**16))
-def test_hidden_permutation_symmetry(name, layout, seed):
+def test_hidden_permutation_symmetry(name, layout, seed, device):
     """Readout is invariant, decoded networks are equivariant to hidden-neuron permutations."""
     weights, biases = random_mlps(layout, 2, seed)
     perms = random_hidden_permutation(layout, torch.Generator().manual_seed(seed))
-    readout, decoded = run_heads(name, weights, biases)
-    permuted_readout, permuted_decoded = run_heads(name, *permute_mlp(weights, biases, perms))
+    readout, decoded = run_heads(name, weights, biases, device)
+    permuted_readout, permuted_decoded = run_heads(name, *permute_mlp(weights, biases, perms), device)
     torch.testing.assert_close(permuted_readout, readout, rtol=0, atol=TOLERANCE)
     assert_networks_close(permute_mlp(*permuted_decoded, [inverse(p) for p in perms]), decoded)
 
@@ -82,14 +85,14 @@ def test_hidden_permutation_symmetry(name, layout, seed):
 @pytest.mark.parametrize("name", ARCHITECTURES)
 @settings(max_examples=3, deadline=None)
 @given(layout=layouts, seed=st.integers(0, 2**16))
-def test_input_output_permutations(name, layout, seed):
+def test_input_output_permutations(name, layout, seed, device):
     """NP-group models are also symmetric under input/output permutations; the others see the swap."""
     weights, biases = random_mlps(layout, 2, seed)
     generator = torch.Generator().manual_seed(seed)
     perms = [torch.randperm(d, generator=generator) for d in layout]
     perms[0] = torch.tensor([1, 0])  # swap the two inputs
-    readout, decoded = run_heads(name, weights, biases)
-    permuted_readout, permuted_decoded = run_heads(name, *permute_mlp(weights, biases, perms))
+    readout, decoded = run_heads(name, weights, biases, device)
+    permuted_readout, permuted_decoded = run_heads(name, *permute_mlp(weights, biases, perms), device)
     if METANETS[name].symmetry == "np":
         torch.testing.assert_close(permuted_readout, readout, rtol=0, atol=TOLERANCE)
         assert_networks_close(permute_mlp(*permuted_decoded, [inverse(p) for p in perms]), decoded)
@@ -98,10 +101,10 @@ def test_input_output_permutations(name, layout, seed):
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
-def test_mixed_layouts_match_single_graphs(name):
+def test_mixed_layouts_match_single_graphs(name, device):
     """A batch mixing layouts gives each graph the features it gets alone."""
-    metanet, readout, _ = float64_model(name)
-    graphs = [mlp_to_graph(*[[t[0] for t in ts] for ts in random_mlps(layout, 1, seed)])
+    metanet, readout, _ = float64_model(name, device)
+    graphs = [mlp_to_graph(*[[t[0] for t in ts] for ts in random_mlps(layout, 1, seed)]).to(device)
               for seed, layout in enumerate([(2, 6, 3, 1), (2, 4, 5, 1), (2, 3, 3, 1)])]
     batch = Batch.from_data_list(graphs)
     with torch.no_grad():
@@ -116,12 +119,12 @@ def test_mixed_layouts_match_single_graphs(name):
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
-def test_gradients_reach_every_parameter(name):
+def test_gradients_reach_every_parameter(name, device):
     torch.manual_seed(1)
-    metanet = build_metanet(name, hidden_dim=8, num_layers=2, max_layers=MAX_LAYERS).double()
-    readout = InvariantReadout(8, 3, max_layers=MAX_LAYERS).double()
-    decoder = WeightDecoder(8, 2, max_layers=MAX_LAYERS).double()
-    graph = mlp_to_graph(*random_mlps((2, 5, 5, 1), 4, 0))
+    metanet = build_metanet(name, hidden_dim=8, num_layers=2, max_layers=MAX_LAYERS).double().to(device)
+    readout = InvariantReadout(8, 3, max_layers=MAX_LAYERS).double().to(device)
+    decoder = WeightDecoder(8, 2, max_layers=MAX_LAYERS).double().to(device)
+    graph = mlp_to_graph(*random_mlps((2, 5, 5, 1), 4, 0)).to(device)
     node, edge = metanet(graph)
     new_weights, new_biases = decoder(graph, node, edge)
     loss = readout(graph, node, edge).square().sum() + sum(t.square().sum() for t in new_weights + new_biases)

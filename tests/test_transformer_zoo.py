@@ -15,13 +15,14 @@ from neuralgraph.data.transformer_zoo import (
     SGD_MOMENTUM,
     TransformerZooDataset,
     TransformerZooSettings,
-    ZooTraining,
     ZooViT,
     architecture,
     initial_parameters,
     make_transformer_zoo,
+    optimizer_rule,
     sample_hyperparameters,
 )
+from neuralgraph.data.zoo_trainer import VitArchitecture, VitStack
 from neuralgraph.graph import module_to_graph
 
 TINY = TransformerZooSettings(networks=6, shard_size=3, checkpoint_epochs=(1, 2), train_size=64, test_size=32,
@@ -57,8 +58,10 @@ def test_hyperparameters_are_a_function_of_the_seed():
 
 
 def test_batched_steps_are_each_network_trained_alone():
-    """Three steps of networks of six architectures and all three optimizers, batched, against each
-    network as a plain ZooViT with its own torch.optim optimizer, in float64.
+    """Three steps of networks of six architectures and all three optimizers, batched (the
+    trainer's VitStack: one product per layer over the networks of an architecture), against each
+    network as a plain ZooViT with its own torch.optim optimizer, in float64. Each network steps on
+    its own images, as many as it has, and some sit a step out.
 
     Attention's key bias adds ``q . b_k`` to every score of a query's row, which softmax ignores: its
     gradient is zero but for rounding, which differs between the batched and the plain products,
@@ -72,37 +75,47 @@ def test_batched_steps_are_each_network_trained_alone():
     assert len({tuple(architecture(h).values()) for h in hypers}) >= 6
     assert {h["optimizer"] for h in hypers} == {0, 1, 2}
     generator = torch.Generator().manual_seed(0)
-    batches = [(torch.randn(8, 1, 28, 28, generator=generator, dtype=torch.float64),
-                torch.randint(10, (8,), generator=generator),
-                (torch.rand(9, 8, generator=generator) < 0.6).double()) for _ in range(3)]
-    training = ZooTraining(hypers, initial)
-    for batch in batches:
-        training.step(*batch)
+    images = torch.randn(24, 1, 28, 28, generator=generator, dtype=torch.float64)
+    labels = torch.randint(10, (24,), generator=generator)
+    sizes = [8, 5, 8, 3, 8, 6, 7, 8, 4]
+    steps = [[(i, torch.randperm(24, generator=generator)[:size]) for i, size in enumerate(sizes) if (s + i) % 4]
+             for s in range(3)]
+    stack = VitStack(initial, [VitArchitecture(**architecture(h)) for h in hypers])
+    stack.optimizer([optimizer_rule(h) for h in hypers], [h["lr"] for h in hypers],
+                    [h["weight_decay"] for h in hypers])
+    inputs = stack.prepare(images)
+    for batch in steps:
+        stack.step(batch, inputs, labels)
+    trained = stack.state()
     kinds = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW,
              "sgd": lambda p, **kw: torch.optim.SGD(p, momentum=SGD_MOMENTUM, **kw)}
+    models = []
     for i, h in enumerate(hypers):
         model = ZooViT(**architecture(h)).double()
         model.load_state_dict(initial[i])
         optimizer = kinds[OPTIMIZERS[h["optimizer"]]](model.parameters(), lr=h["lr"], weight_decay=h["weight_decay"])
-        for images, labels, mask in batches:
-            ce = torch.nn.functional.cross_entropy(model(images), labels, reduction="none")
-            optimizer.zero_grad()
-            ((ce * mask[i]).sum() / mask[i].sum().clamp(min=1)).backward()
-            optimizer.step()
+        for batch in steps:
+            for j, index in batch:
+                if j == i:
+                    optimizer.zero_grad()
+                    torch.nn.functional.cross_entropy(model(images[index]), labels[index]).backward()
+                    optimizer.step()
         for key, value in model.state_dict().items():
-            batched = training.parameters[i][key].detach()
+            batched = trained[i][key]
             if key.endswith("attention.in_proj_bias"):  # the key bias: rounding noise, normalised by Adam
                 keys = slice(value.shape[0] // 3, 2 * value.shape[0] // 3)
-                assert float((batched[keys] - value[keys]).abs().max()) <= 4 * len(batches) * h["lr"]
+                assert float((batched[keys] - value[keys]).abs().max()) <= 4 * len(steps) * h["lr"]
                 batched, value = batched.clone(), value.clone()
                 batched[keys] = value[keys] = 0
             torch.testing.assert_close(batched, value, rtol=1e-10, atol=1e-12, msg=lambda m: f"network {i} {key}: {m}")
-    images = batches[0][0]
-    logits = training.logits(images)
-    for i, h in enumerate(hypers):
-        model = ZooViT(**architecture(h)).double()
-        model.load_state_dict({k: v.detach() for k, v in training.parameters[i].items()})
-        torch.testing.assert_close(logits[i].detach(), model(images).detach(), rtol=1e-10, atol=1e-12)
+        models.append(model)
+    accuracy, loss = stack.evaluate(inputs, labels)
+    for i, model in enumerate(models):
+        model.load_state_dict(trained[i])
+        with torch.no_grad():
+            logits = model(images)
+        torch.testing.assert_close(loss[i], torch.nn.functional.cross_entropy(logits, labels), rtol=1e-10, atol=1e-12)
+        assert float(accuracy[i]) == float((logits.argmax(1) == labels).double().mean())
 
 
 def test_an_interrupted_zoo_resumes_byte_identically(tiny_zoo, tmp_path, monkeypatch):

@@ -8,8 +8,10 @@ import pytest
 import yaml
 
 import fake_fits
+from registry_skips import generated_config
 from neuralgraph.bench import load_script, main
-from neuralgraph.bench.widths import BUDGET_TOLERANCE, REFERENCE
+from neuralgraph.bench.widths import REFERENCE
+from neuralgraph.nn import METANETS, metanet_class
 
 ROOT = Path(__file__).resolve().parents[1]
 bench = load_script(ROOT / "benchmarks" / "transformer_zoo.py")
@@ -53,12 +55,17 @@ def test_a_killed_invocation_keeps_its_finished_runs(smoke_zoo, tmp_path, monkey
     assert [r["arch"] for r in json.loads(raw.read_text())["runs"]] == ["gmn", "ng_t"]
 
 
-def test_configs_are_at_gmns_budget_on_the_zoos_graphs():
+@pytest.mark.parametrize("system", list(bench.SYSTEMS))
+def test_configs_are_at_gmns_budget_on_the_zoos_graphs(system):
     reference = bench.model_parameters(*REFERENCE)
-    for system in bench.SYSTEMS:
-        config = yaml.safe_load((bench.CONFIGS / f"{system}.yaml").read_text())
-        init_args = config["model"]["init_args"]
-        assert init_args["metanet"] == system
-        assert config["data"]["class_path"].endswith("TransformerZooDataModule")
-        count = bench.model_parameters(system, init_args["metanet_config"])
-        assert abs(count - reference) <= BUDGET_TOLERANCE * reference, system
+    config = generated_config(bench.CONFIGS / f"{system}.yaml", "python benchmarks/transformer_zoo.py --write-configs")
+    init_args = config["model"]["init_args"]
+    assert init_args["metanet"] == system and init_args["metanet_config"] == bench.budget_config(system)
+    assert config["data"]["class_path"].endswith("TransformerZooDataModule")
+    count = bench.model_parameters(system, init_args["metanet_config"])
+    assert abs(count - reference) <= metanet_class(system).budget_tolerance * reference, system
+
+
+def test_the_plan_is_statnn_and_every_metanetwork_reading_general_graphs():
+    readers = {name for name, cls in METANETS.items() if cls.reads_general_graphs}
+    assert set(bench.ORDER) == readers | {"statnn"} and {"gmn", "ng_gnn", "ng_t", "nft"} <= readers

@@ -32,12 +32,17 @@ class Data:
     """Where a benchmark's runs read their data: the command-line option naming the folder, its default,
     what makes the folder before the runs, and what each run is given of it.
 
-    ``default``: a folder under the checkout, ``{protocol}`` replaced by the protocol's name (or a
-    function of that name). ``prepare(protocol, folder, systems)``: makes or verifies the data of the
-    systems about to run and returns what the table and the runs need of it (default: the folder).
-    ``root(prepared, system)``: a system's ``--data.root`` (default: the folder). ``fit(settings)``:
-    the ``--data.*`` overrides of a run, from its settings. ``build``: ``--data.build true`` (the
-    MNIST-INR data module fits the INRs the folder lacks, on first use).
+    Attributes:
+        option: the command-line option naming the folder.
+        default: a folder under the checkout, ``{protocol}`` replaced by the protocol's name (or a
+            function of that name).
+        help: the option's help.
+        prepare: ``prepare(protocol, folder, systems)`` makes or verifies the data of the systems
+            about to run and returns what the table and the runs need of it (None: the folder).
+        root: ``root(prepared, system)``, a system's ``--data.root`` (None: the folder).
+        fit: ``fit(settings)``, the ``--data.*`` overrides of a run, from its settings.
+        build: pass ``--data.build true`` (the MNIST-INR data module fits the INRs the folder lacks,
+            on first use).
     """
 
     option: str = "--data-root"
@@ -53,13 +58,22 @@ class Data:
         return checkout / default
 
 
-# MNIST INRs fitted on first use (the protocol's ``data`` entry: limits, preset, source).
+#: MNIST INRs fitted on first use (the protocol's ``data`` entry, with limits, preset and source).
 INR_DATA = Data(build=True)
 
 
 @dataclass(frozen=True)
 class Report:
-    """What a benchmark's table is written from: the recorded runs and the protocol's systems, in order."""
+    """What a benchmark's table is written from: the recorded runs and the protocol's systems, in order.
+
+    Attributes:
+        benchmark: the benchmark.
+        protocol_name: the protocol run.
+        machine: the machine's name (:func:`~neuralgraph.bench.machine.machine_name`).
+        runs: the recorded runs.
+        systems: the protocol's systems, in the order of the table.
+        data: what ``Data.prepare`` returned, else the data folder.
+    """
 
     benchmark: "Benchmark"
     protocol_name: str
@@ -77,26 +91,44 @@ class Report:
 class Benchmark:
     """A benchmark of ``neuralgraph fit`` runs, as :func:`main` runs it.
 
-    * ``name``: the results files' stem, ``<name>_<protocol>_<machine>``; ``title``: the table's heading.
-    * ``doc``: the script's docstring (its first line is ``--help``'s); ``script``: the script's path
-      (``__file__``): the checkout is its folder's parent (configs, data, runs, results).
-    * ``protocols``: name -> settings; ``plan``: tuples ``(systems, seeds)`` (``(systems, ks, seeds)``
-      with ``per_k``), run in order. The other entries are the benchmark's own (what ``recorded``
-      names is recorded with every run; ``metanet_config`` overrides the config's).
-    * ``systems``: what ``--archs`` may name; ``configs``: each system's ``configs/<configs>/<system>.yaml``.
-    * ``result_fields``: result field -> the fit's metric (``"test/mse"``; ``"test/psnr?"``: null when
-      not logged); ``progress(result)``: the line printed after a run.
-    * ``columns``: the table's (:class:`~neuralgraph.bench.tables.Column`); ``intro``: paragraphs
-      between heading and table (strings, or functions of the :class:`Report`); ``extra_rows(report)``:
-      rows after the runs' (published numbers); ``every_system``: a row for every system of the plan
-      (``not run yet`` where none is recorded), else a row for every recorded (system, k), sorted.
-    * ``settings(protocol, system, k)``: what determines a run but its seed (default: the system's
-      config, ``recorded`` protocol entries and ``system_settings(system)``); ``arguments(settings,
-      seed, data_root, out)``: its ``neuralgraph fit`` arguments (default: :func:`fit_arguments` of
-      those, ``data`` saying which ``--data.*``); ``recorded_before``: the value of each setting
-      that a run recorded before the setting existed ran with.
-    * ``data``: :class:`Data`; ``runs_folder``: run folders under ``runs/benchmarks/<runs_folder>``
-      (default: ``name``); ``write_configs()``: ``--write-configs`` writes the configs and exits.
+    Attributes:
+        name: the results files' stem, ``<name>_<protocol>_<machine>``.
+        title: the table's heading.
+        doc: the script's docstring (its first line is ``--help``'s).
+        script: the script's path (``__file__``): the checkout is its folder's parent (configs,
+            data, runs, results).
+        protocols: name -> settings; the settings' ``plan`` holds tuples ``(systems, seeds)``
+            (``(systems, ks, seeds)`` with ``per_k``), run in order. The other entries are the
+            benchmark's own (what ``recorded`` names is recorded with every run; ``metanet_config``
+            overrides the config's).
+        systems: what ``--archs`` may name.
+        result_fields: result field -> the fit's metric (``"test/mse"``; ``"test/psnr?"``: null when
+            not logged).
+        columns: the table's (:class:`~neuralgraph.bench.tables.Column`).
+        progress: ``progress(result)``, the line printed after a run.
+        intro: paragraphs between heading and table (strings, or functions of the :class:`Report`).
+        extra_rows: ``extra_rows(report)``, rows after the runs' (published numbers).
+        every_system: a row for every system of the plan (``not run yet`` where none is recorded),
+            else a row for every recorded (system, k), sorted.
+        per_k: the plan and the runs have a k (ensemble members) besides system and seed.
+        configs: the folder of each system's ``configs/<configs>/<system>.yaml``.
+        recorded: the protocol entries recorded with every run.
+        system_settings: ``system_settings(system)``, settings of a system recorded with its runs.
+        settings: ``settings(protocol, system, k)``, what determines a run but its seed (None: the
+            system's config, ``recorded`` protocol entries and ``system_settings(system)``).
+        arguments: ``arguments(settings, seed, data_root, out)``, a run's ``neuralgraph fit``
+            arguments (None: :func:`~neuralgraph.bench.runner.fit_arguments` of those, ``data``
+            saying which ``--data.*``).
+        data: where the runs read their data (:class:`Data`).
+        runs_folder: run folders under ``runs/benchmarks/<runs_folder>`` (None: ``name``).
+        recorded_before: the value of each setting that a run recorded before the setting existed
+            ran with.
+        write_configs: ``write_configs()`` writes the configs (``--write-configs``) and returns
+            their paths; None when the benchmark has none to write.
+        systems_help: ``--archs``' help.
+
+    Raises:
+        ValueError: neither ``configs`` nor ``settings`` is given.
     """
 
     name: str
@@ -129,7 +161,7 @@ class Benchmark:
 
     @property
     def checkout(self) -> Path:
-        """The checkout the script is in (its folder's parent): configs, data, runs and results."""
+        """The checkout the script is in (its folder's parent), which holds configs, data, runs and results."""
         return Path(self.script).resolve().parents[1]
 
     def plan(self, protocol: Mapping[str, Any]) -> list[tuple]:
@@ -218,7 +250,15 @@ class Benchmark:
 
 
 def main(benchmark: Benchmark, argv: Optional[list[str]] = None) -> int:
-    """Run ``benchmark``'s command line: fit the selected runs its results JSON lacks, write JSON and table."""
+    """Run ``benchmark``'s command line: fit the selected runs its results JSON lacks, write JSON and table.
+
+    Args:
+        benchmark: the benchmark.
+        argv: its command line (None: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status, 0 (the table is printed).
+    """
     args = benchmark.parser().parse_args(argv)
     if benchmark.write_configs is not None and args.write_configs:
         for path in benchmark.write_configs():
@@ -264,7 +304,17 @@ def main(benchmark: Benchmark, argv: Optional[list[str]] = None) -> int:
 
 def load_script(path: Union[str, Path]) -> ModuleType:
     """A benchmark script imported as a module by its path (once: a second call returns the same module),
-    for a script that reads another's functions and for the tests."""
+    for a script that reads another's functions and for the tests.
+
+    Args:
+        path: the script.
+
+    Returns:
+        The module, ``benchmarks.<stem>`` in ``sys.modules``.
+
+    Raises:
+        ImportError: ``path`` is not a Python script.
+    """
     path = Path(path).resolve()
     name = f"benchmarks.{path.stem}"
     module = sys.modules.get(name)
@@ -285,7 +335,20 @@ def load_script(path: Union[str, Path]) -> ModuleType:
 
 def write_fit_config(path: Path, header: str, task: str, init_args: dict, datamodule: str, data: dict,
                      trainer: dict) -> Path:
-    """A ``neuralgraph fit`` config (seed 0) under the comment lines ``header``, as ``--write-configs`` writes one."""
+    """A ``neuralgraph fit`` config (seed 0) under the comment lines ``header``, as ``--write-configs`` writes one.
+
+    Args:
+        path: the YAML file to write (its folder is created).
+        header: comment lines written first.
+        task: the task's class path.
+        init_args: the task's init arguments.
+        datamodule: the data module's class path.
+        data: its init arguments.
+        trainer: the trainer's options.
+
+    Returns:
+        ``path``.
+    """
     import yaml
 
     config = {"seed_everything": 0, "model": {"class_path": task, "init_args": init_args},

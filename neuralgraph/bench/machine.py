@@ -18,11 +18,21 @@ def _cpuinfo_field(prefix: str) -> str:
 
 
 def cpu_model() -> str:
+    """The CPU's model name, as ``/proc/cpuinfo`` (else the platform) gives it.
+
+    Returns:
+        The model name, or ``"unknown CPU"``.
+    """
     return _cpuinfo_field("model name") or platform.processor() or "unknown CPU"
 
 
 def cpu_isa() -> str:
-    """The widest vector instruction sets of this CPU that the kernels and torch use."""
+    """The widest vector instruction sets of this CPU that the kernels and torch use.
+
+    Returns:
+        The sets joined by ``+``, widest first (``AVX-512+AVX2+FMA``), ``SSE only``, or the machine
+        type where the CPU's flags are not known.
+    """
     flags = set(_cpuinfo_field("flags").split())
     if not flags:
         return platform.machine()
@@ -32,13 +42,21 @@ def cpu_isa() -> str:
 
 
 def cpu_short() -> str:
-    """Model and widest vector instruction set, e.g. ``AMD EPYC, AVX-512`` (a table cell)."""
+    """Model and widest vector instruction set, e.g. ``AMD EPYC, AVX-512`` (a table cell).
+
+    Returns:
+        The model and the first set of :func:`cpu_isa`.
+    """
     isa = cpu_isa()
     return f"{cpu_model()}, {isa.split('+')[0]}"
 
 
 def cpu_description() -> str:
-    """E.g. ``AMD EPYC (AVX-512+AVX2+FMA+AVX512-BF16), 2 cores``."""
+    """The CPU in full, e.g. ``AMD EPYC (AVX-512+AVX2+FMA+AVX512-BF16), 2 cores``.
+
+    Returns:
+        The model, every set of :func:`cpu_isa` and the number of cores.
+    """
     return f"{cpu_model()} ({cpu_isa()}), {os.cpu_count()} cores"
 
 
@@ -46,9 +64,14 @@ def machine_name(device: Optional[str] = None) -> str:
     """The machine's name in results files (``<benchmark>_<protocol>_<machine>.json``).
 
     For a GPU, its model (``nvidia-h200``); for the CPU, its torch thread count (``cpu2``), since
-    the CPU timings of one host differ by their threads. ``device``: the device the benchmark
-    measures (``"cpu"`` for a benchmark that runs on the CPU whatever is present); by default the
-    first GPU where there is one, else the CPU.
+    the CPU timings of one host differ by their threads.
+
+    Args:
+        device: the device the benchmark measures (``"cpu"`` for a benchmark that runs on the CPU
+            whatever is present); None for the first GPU where there is one, else the CPU.
+
+    Returns:
+        The name, lower case without spaces.
     """
     import torch
 
@@ -60,7 +83,11 @@ def machine_name(device: Optional[str] = None) -> str:
 
 
 def machine_description() -> str:
-    """CPU, GPU, torch, torch-scatter and Python: the line that heads a table of timings."""
+    """CPU, GPU, torch, torch-scatter and Python: the line that heads a table of timings.
+
+    Returns:
+        The line, its parts separated by semicolons.
+    """
     import torch
     from torch_geometric.typing import WITH_TORCH_SCATTER
 

@@ -27,10 +27,21 @@ def fit_arguments(config: Path, seed: int, data_root: Path, out: Path, metanet: 
                   data: dict, trainer: dict, model: dict | None = None, build: bool = False) -> list[str]:
     """``neuralgraph fit`` arguments of one run, resuming from ``out``'s last checkpoint if any.
 
-    ``data``, ``trainer`` and ``model`` (init arguments of the task) override the config file's
-    entries; a ``None`` data value is passed as ``null``. ``build``: ``--data.build true``, the MNIST-INR
-    data module (``MnistInrDataModule``) fits the INRs missing from ``data_root`` on first use (the
-    zoo data modules have no such option).
+    Args:
+        config: the run's config file.
+        seed: its seed (``--seed_everything``).
+        data_root: the dataset folder.
+        out: the run's folder: logs and checkpoints.
+        metanet: the registered metanetwork or baseline.
+        metanet_config: its options, passed as JSON.
+        data: data module options overriding the config's; a ``None`` value is passed as ``null``.
+        trainer: trainer options overriding the config's.
+        model: the task's init arguments overriding the config's, or None.
+        build: pass ``--data.build true``: the MNIST-INR data module (``MnistInrDataModule``) fits
+            the INRs missing from ``data_root`` on first use (the zoo data modules have no such option).
+
+    Returns:
+        The arguments after ``neuralgraph``.
     """
     args = ["fit", "--config", str(config), "--seed_everything", str(seed),
             "--data.root", str(data_root), "--trainer.default_root_dir", str(out), "--ckpt_path", "last",
@@ -51,8 +62,13 @@ def fit_arguments(config: Path, seed: int, data_root: Path, out: Path, metanet: 
 def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
     """Run ``neuralgraph fit`` (+ test at the best-validation checkpoint) in this process.
 
-    Returns the final callback metrics and the record every table reports: best validation loss,
-    trainable parameters, width, epochs, wall time, whether it resumed, peak memory, device, CPU, threads.
+    Args:
+        argv: the ``neuralgraph fit`` arguments (:func:`fit_arguments`).
+
+    Returns:
+        The final callback metrics, and the record every table reports (best validation loss,
+        trainable parameters, width, epochs, wall time, whether it resumed, peak memory, device, CPU,
+        threads).
     """
     import torch
 
@@ -81,8 +97,18 @@ def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
 
 
 def result_of(metrics: Mapping[str, float], fields: Mapping[str, str]) -> dict:
-    """The result fields of a run from its metrics: ``{field: metric}``, a metric ending in ``?`` recorded as
-    null when the fit did not log it; KeyError naming a missing metric otherwise."""
+    """The result fields of a run from its metrics.
+
+    Args:
+        metrics: the run's final metrics.
+        fields: result field -> metric; a metric ending in ``?`` may be missing (recorded as null).
+
+    Returns:
+        Result field -> the metric's value.
+
+    Raises:
+        KeyError: naming a metric the fit did not log (without ``?``).
+    """
     result = {}
     for field, metric in fields.items():
         if metric.endswith("?"):
@@ -95,21 +121,40 @@ def result_of(metrics: Mapping[str, float], fields: Mapping[str, str]) -> dict:
 
 
 def run_one(result_path: Path, fields: Mapping[str, str], argv: list[str]) -> None:
-    """The child process: one fit (+ test at best validation); its result fields and record to ``result_path``."""
+    """The child process: one fit (+ test at best validation); its result fields and record to ``result_path``.
+
+    Args:
+        result_path: the JSON file written.
+        fields: result field -> metric (:func:`result_of`).
+        argv: the ``neuralgraph fit`` arguments.
+    """
     metrics, record = fit_and_record(argv)
     write_atomic(result_path, json.dumps({**result_of(metrics, fields), **record}, indent=2))
 
 
 def select_runs(plan: Sequence[tuple], *choices: Optional[Sequence]) -> list[tuple]:
     """The planned runs whose every field is among its choice (``None``: any). With every choice
-    given, exactly their product, in that order: a full selection may ask for runs beyond the plan."""
+    given, exactly their product, in that order: a full selection may ask for runs beyond the plan.
+
+    Args:
+        plan: the planned runs, tuples of fields (system, k, seed).
+        *choices: per field, the values chosen, or None for any.
+
+    Returns:
+        The selected runs.
+    """
     if all(choices):
         return list(itertools.product(*choices))
     return [run for run in plan if all(choice is None or value in choice for value, choice in zip(run, choices))]
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (a kill leaves the old file)."""
+    """Write ``text`` to ``path`` through a temporary file and a rename (a kill leaves the old file).
+
+    Args:
+        path: the file to write.
+        text: its content.
+    """
     temporary = path.with_name(path.name + ".tmp")
     with open(temporary, "w") as f:
         f.write(text)
@@ -119,7 +164,17 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def load_runs(path: Path) -> list[dict]:
-    """The runs recorded in a results JSON (none when it does not exist yet)."""
+    """The runs recorded in a results JSON (none when it does not exist yet).
+
+    Args:
+        path: the results JSON.
+
+    Returns:
+        Its ``runs``.
+
+    Raises:
+        ValueError: the file is not a results file.
+    """
     if not path.exists():
         return []
     try:
@@ -132,7 +187,21 @@ def recorded(runs: list[dict], arch: str, k: int, seed: int, settings: dict, pat
              recorded_before: Optional[dict] = None) -> bool:
     """Whether ``runs`` holds (arch, k, seed); ValueError naming the field when it ran with other settings.
 
-    ``recorded_before``: the value of each setting a run recorded before the setting existed ran with.
+    Args:
+        runs: the recorded runs.
+        arch: the system.
+        k: its number of ensemble members.
+        seed: the seed.
+        settings: the settings this protocol runs with.
+        path: the results file, named by the error.
+        recorded_before: the value of each setting a run recorded before the setting existed ran
+            with, or None.
+
+    Returns:
+        True when the run is recorded with these settings, False when it is not recorded.
+
+    Raises:
+        ValueError: the run is recorded with other settings.
     """
     for run in runs:
         if (run["arch"], run["k"], run["seed"]) == (arch, k, seed):
@@ -151,10 +220,23 @@ def run_missing(label: str, todo: Sequence[tuple[str, int, int]], runs: list[dic
                 describe: Callable[[dict], str], name_k: bool = True, recorded_before: Optional[dict] = None) -> None:
     """Fit every (arch, k, seed) of ``todo`` that ``results`` does not hold, one child process each.
 
-    Each run fits in ``out/<arch>[_k<k>]_s<seed>`` (``name_k``: k in the name; its ``last.ckpt`` resumes
-    a killed fit) with ``arguments(arch, k, seed, run_dir)``; its record (``settings(arch, k)``, the
-    result ``fields`` (:func:`result_of`) and the child's record) is appended to ``runs``, then
-    ``save()`` writes the JSON and table.
+    Each run fits in ``out/<arch>[_k<k>]_s<seed>`` (its ``last.ckpt`` resumes a killed fit); its
+    record is appended to ``runs``, then ``save()`` writes the JSON and table.
+
+    Args:
+        label: the benchmark's label in the progress lines.
+        todo: the runs, ``(arch, k, seed)``.
+        runs: the recorded runs, appended to.
+        fields: result field -> metric (:func:`result_of`).
+        settings: ``settings(arch, k)``, the settings recorded with a run.
+        results: the results JSON, to check recorded runs against.
+        out: the folder of the run folders.
+        arguments: ``arguments(arch, k, seed, run_dir)``, the ``neuralgraph fit`` arguments of a run.
+        save: writes the results JSON and table.
+        describe: the progress line's summary of a run's result.
+        name_k: whether k is in the run folder's name.
+        recorded_before: the value of each setting a run recorded before the setting existed ran
+            with, or None (:func:`recorded`).
     """
     for arch, k, seed in todo:
         run_label = f"{label} {arch}{f' k={k}' if name_k else ''} seed={seed}"

@@ -9,7 +9,14 @@ Cell = Optional[str]  # None: a blank cell (``| |``); "" an empty value (``|  |`
 
 
 class Group(NamedTuple):
-    """The runs of one table row: a system (at one k) and its recorded seeds; ``report`` the whole table's."""
+    """The runs of one table row: a system (at one k) and its recorded seeds.
+
+    Attributes:
+        system: the system's name.
+        k: its number of ensemble members (decoder outputs).
+        runs: the recorded result of each of its seeds.
+        report: the whole table's report, for cells that need more than the row.
+    """
 
     system: str
     k: int
@@ -21,8 +28,11 @@ class Group(NamedTuple):
 class Column:
     """A table column: its header and its cell from a row's :class:`Group`.
 
-    ``always``: the cell is also written in a row of a system not run yet (its name, a published
-    number); of the others, the first says ``not run yet`` there and the rest are blank.
+    Attributes:
+        header: the column's header.
+        cell: the cell of a row's :class:`Group`.
+        always: the cell is also written in a row of a system not run yet (its name, a published
+            number); of the other columns, the first says ``not run yet`` there and the rest are blank.
     """
 
     header: str
@@ -31,35 +41,80 @@ class Column:
 
 
 def row(cells: Sequence[Cell]) -> str:
-    """A markdown table row; a ``None`` cell is blank."""
+    """A markdown table row; a ``None`` cell is blank.
+
+    Args:
+        cells: the row's cells, in order.
+
+    Returns:
+        The row, ``| a | b |``.
+    """
     return "|" + "|".join(" " if cell is None else f" {cell} " for cell in cells) + "|"
 
 
 def header(columns: Sequence[Column]) -> list[str]:
+    """The first two lines of a markdown table.
+
+    Args:
+        columns: the table's columns.
+
+    Returns:
+        The row of their headers, then the separator line.
+    """
     return [row([column.header for column in columns]), "|" + "---|" * len(columns)]
 
 
 def seeds_cell(values: Sequence[float], digits: int = 3) -> str:
-    """``mean ± std (n)`` of values over seeds, ``mean (1)`` for one, ``not run yet`` for none."""
+    """``mean ± std (n)`` of values over seeds, ``mean (1)`` for one, ``not run yet`` for none.
+
+    Args:
+        values: one value per seed.
+        digits: decimals of the mean and std.
+
+    Returns:
+        The cell.
+    """
     if not values:
         return "not run yet"
     return f"{mean_std(values, digits)} ({len(values)})"
 
 
 def mean_std(values: Sequence[float], digits: int = 3) -> str:
-    """``mean ± std`` of values over seeds, ``mean`` for one."""
+    """``mean ± std`` of values over seeds, ``mean`` for one.
+
+    Args:
+        values: one value per seed, at least one.
+        digits: decimals of the mean and std.
+
+    Returns:
+        The mean, and the sample standard deviation when there are two values or more.
+    """
     spread = f" ± {statistics.stdev(values):.{digits}f}" if len(values) > 1 else ""
     return f"{statistics.mean(values):.{digits}f}{spread}"
 
 
 def wall_minutes(group: Group) -> str:
-    """Mean wall time per run in minutes, ``(resumed)`` when a run resumed a killed fit."""
+    """Mean wall time per run in minutes, ``(resumed)`` when a run resumed a killed fit.
+
+    Args:
+        group: the row's runs.
+
+    Returns:
+        The cell, one decimal.
+    """
     resumed = " (resumed)" if any(r.get("resumed") for r in group.runs) else ""
     return f"{statistics.mean(r['wall_s'] for r in group.runs) / 60:.1f}{resumed}"
 
 
 def peak_memory_mb(group: Group) -> str:
-    """The first run's peak memory in MB: of the GPU where it ran on one, else resident."""
+    """The first run's peak memory in MB: of the GPU where it ran on one, else resident.
+
+    Args:
+        group: the row's runs.
+
+    Returns:
+        The cell, in whole MB.
+    """
     run = group.runs[0]
     return f"{run['peak_cuda_mb'] if run['peak_cuda_mb'] is not None else run['peak_rss_mb']:.0f}"
 
@@ -72,16 +127,44 @@ PEAK_MEMORY = Column("peak memory (MB)", peak_memory_mb)
 
 
 def seeds_column(header: str, field: str, scale: float = 1.0, digits: int = 3) -> Column:
-    """``mean ± std (n)`` over seeds of a result field times ``scale``."""
+    """``mean ± std (n)`` over seeds of a result field times ``scale``.
+
+    Args:
+        header: the column's header.
+        field: the result field of each run.
+        scale: the factor applied to each value (100 for a percentage).
+        digits: decimals of the mean and std.
+
+    Returns:
+        The column, its cells from :func:`seeds_cell`.
+    """
     return Column(header, lambda group: seeds_cell([scale * r[field] for r in group.runs], digits))
 
 
 def wall_column(header: str = "wall time per run (min)") -> Column:
+    """The column of :func:`wall_minutes`.
+
+    Args:
+        header: the column's header.
+
+    Returns:
+        The column.
+    """
     return Column(header, wall_minutes)
 
 
 def published_column(header: str, published: Sequence[tuple], value: int, spec: str = "") -> Column:
     """The published numbers of the row's system: ``value (name)`` for each entry ``(name, system, ...)``
-    of ``published`` (its ``value``-th field, formatted with ``spec``), joined by ``; ``."""
+    of ``published`` (its ``value``-th field, formatted with ``spec``), joined by ``"; "``.
+
+    Args:
+        header: the column's header.
+        published: the published results, each ``(name, system, ...)``.
+        value: the index of the field shown.
+        spec: the format spec of that field.
+
+    Returns:
+        The column, written for systems not run yet as well.
+    """
     return Column(header, lambda group: "; ".join(f"{p[value]:{spec}} ({p[0]})" for p in published
                                                   if p[1] == group.system), always=True)

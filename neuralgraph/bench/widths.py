@@ -7,31 +7,88 @@ its search), counting what a benchmark trains: by default the metanetwork and a 
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
-# The depth every system of the budget-matched protocols runs at.
+#: The depth every system of the budget-matched protocols runs at.
 CPU_DEPTH = {"num_layers": 3, "dropout": 0.0}
-# Options beside the width of a registered metanetwork in those protocols. Two attention heads: widths then
-# move in steps of 2, fine enough to land within 5% of the budget.
-CPU_OPTIONS = {"ng_t": {"num_heads": 2}, "nft": {"num_heads": 2}}
-# The budget every system is matched to: GMN at hidden 64.
+#: The budget every system is matched to, GMN at hidden 64.
 REFERENCE = ("gmn", {"hidden_dim": 64, **CPU_DEPTH})
 BUDGET_TOLERANCE = 0.05
 
 Count = Callable[[str, dict], int]
 
 
+def budget_options(metanet: str) -> dict:
+    """The options beside the width a registered metanetwork or baseline runs with in the budget-matched
+    protocols (its declared :attr:`~neuralgraph.nn.base.Metanet.budget_options`).
+
+    Args:
+        metanet: a registered name.
+
+    Returns:
+        A copy of the declared options (e.g. ``{"num_heads": 2}``).
+    """
+    from neuralgraph.nn.registry import metanet_class
+
+    return dict(metanet_class(metanet).budget_options)
+
+
+def budget_tolerance(metanet: str) -> float:
+    """How far (relative) from a budget the nearest width of ``metanet`` may land (its declared
+    :attr:`~neuralgraph.nn.base.Metanet.budget_tolerance`).
+
+    Args:
+        metanet: a registered name.
+
+    Returns:
+        The relative tolerance.
+    """
+    from neuralgraph.nn.registry import metanet_class
+
+    return metanet_class(metanet).budget_tolerance
+
+
+def plan_order(names: Sequence[str], metanet_of: Callable[[str], str] = lambda name: name) -> tuple[str, ...]:
+    """``names`` in the order the benchmark plans run them: the declared ``slow`` architectures last.
+
+    Args:
+        names: systems, in registry order.
+        metanet_of: the registered metanetwork or baseline a system runs.
+
+    Returns:
+        The systems, the fast ones first, each group in the given order.
+    """
+    from neuralgraph.nn.registry import metanet_class
+
+    return tuple(sorted(names, key=lambda name: metanet_class(metanet_of(name)).slow))
+
+
 def matched_width(name: str, metanet: str, options: Mapping[str, Any], target: int,
-                  tolerance: float = BUDGET_TOLERANCE, count: Optional[Count] = None) -> dict:
+                  tolerance: Optional[float] = None, count: Optional[Count] = None) -> dict:
     """:data:`CPU_DEPTH` + ``options`` at the ``hidden_dim`` whose parameter count is nearest ``target``.
 
-    ``count(metanet, config)`` counts a model's parameters (default: metanet + k = 1 ``WeightDecoder``,
-    ``neuralgraph.nn.budget.model_parameters``). Widths respect the metanetwork's
-    ``hidden_dim_multiple_of``; of the largest width at or under ``target`` and the next one, the
-    nearer. ValueError naming the system (``name``) when that is more than ``tolerance`` (relative) away.
+    Widths respect the metanetwork's ``hidden_dim_multiple_of``; of the largest width at or under
+    ``target`` and the next one, the nearer.
+
+    Args:
+        name: the system, named by the error.
+        metanet: the registered metanetwork or baseline it runs.
+        options: its options besides the width and :data:`CPU_DEPTH` (which they override).
+        target: the parameter budget.
+        tolerance: how far (relative) from ``target`` the nearest width may land; None for the
+            metanetwork's declared :func:`budget_tolerance`.
+        count: ``count(metanet, config)`` counts a model's parameters; None for the metanetwork
+            and a k = 1 ``WeightDecoder`` (:func:`~neuralgraph.nn.budget.model_parameters`).
+
+    Returns:
+        The config, :data:`CPU_DEPTH` and ``options`` with the matched ``hidden_dim``.
+
+    Raises:
+        ValueError: naming ``name``, when the nearest width is more than ``tolerance`` away.
     """
     from neuralgraph.nn.budget import hidden_dim_step, largest_fitting, model_parameters
 
+    tolerance = budget_tolerance(metanet) if tolerance is None else tolerance
     config = {**CPU_DEPTH, **options}
     step = hidden_dim_step(metanet, config)
     counted: dict[int, int] = {}
@@ -53,8 +110,17 @@ def matched_width(name: str, metanet: str, options: Mapping[str, Any], target: i
 
 def readout_parameters(metanet: str, config: Mapping[str, Any], outputs: int, spec=None) -> int:
     """Trainable parameters of a task's model that reads a metanetwork out (classification, generalization
-    prediction): the metanetwork built for ``spec`` (a ``GraphSpec``, None: the MLP default) and its
-    ``readout(outputs)``."""
+    prediction): the metanetwork built for ``spec`` and its ``readout(outputs)``.
+
+    Args:
+        metanet: the registered metanetwork or baseline.
+        config: its constructor options.
+        outputs: the readout's outputs (classes, or 1 for a regression).
+        spec: the :class:`~neuralgraph.graph.spec.GraphSpec` of the data, or None for the MLP default.
+
+    Returns:
+        The number of trainable parameters of both.
+    """
     from neuralgraph.nn import build_metanet
     from neuralgraph.nn.budget import count_trainable
 

@@ -13,14 +13,40 @@ from typing import Any, Callable
 
 
 def one_line(message: object) -> str:
-    """``message`` with its lines joined, for a one-line error."""
+    """``message`` with its lines joined, for a one-line error.
+
+    Args:
+        message: an error message or exception, of any number of lines.
+
+    Returns:
+        Its non-empty lines, stripped and joined by single spaces.
+    """
     return " ".join(line.strip() for line in str(message).splitlines() if line.strip())
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse ``type`` accepting integers ``>= minimum``; argparse names the argument on error."""
+    """An argparse ``type`` accepting integers ``>= minimum``; argparse names the argument on error.
+
+    Args:
+        minimum: the smallest value accepted.
+
+    Returns:
+        The parser of one option value (:func:`positive_int` and :func:`nonnegative_int` are two).
+    """
 
     def parse(text: str) -> int:
+        """Parses an option's value as an integer no smaller than the type's minimum
+        (1 for ``positive_int``, 0 for ``nonnegative_int``).
+
+        Args:
+            text: the option's value.
+
+        Returns:
+            The integer.
+
+        Raises:
+            argparse.ArgumentTypeError: ``text`` is not an integer, or is below the minimum.
+        """
         try:
             value = int(text)
         except ValueError:
@@ -91,6 +117,16 @@ def load_torch_file(path: str | Path) -> Any:
 
     torch's own messages are replaced: they advise ``weights_only=False``, which would run
     arbitrary code from the file.
+
+    Args:
+        path: the checkpoint (or other ``torch.save``) file.
+
+    Returns:
+        The file's object, its tensors on CPU.
+
+    Raises:
+        ValueError: one line naming ``path``: it is missing, empty, corrupt, or needs more than
+            ``weights_only`` allows.
     """
     import torch
 

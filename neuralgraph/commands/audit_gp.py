@@ -29,12 +29,19 @@ from neuralgraph.graph import SCALING_GROUPS, GraphConversionError, graph_to_mlp
 from neuralgraph.theory.gp import audit_gp
 from neuralgraph.theory.quantize import GRANULARITIES, IEEE_FORMATS, UNIFORM_BITS, is_ieee, quantize_mlp
 
+#: Files of a checkpoint folder that are read as MLP checkpoints, by suffix.
 CHECKPOINT_SUFFIXES = (".safetensors", ".pt", ".pth")
+#: Bit widths audited when ``--bits`` is not given: IEEE single, then 16-, 12- and 8-bit grids.
 DEFAULT_BITS = (32, 16, 12, 8)
 Networks = tuple[list[Tensor], list[Tensor]]  # batched weights [B, d_out, d_in], biases [B, d_out]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``audit-gp``'s arguments: the folder, bit widths, split, granularities, limits and group.
+
+    Args:
+        parser: the subcommand's parser.
+    """
     parser.add_argument("root", type=Path, metavar="DIR", help="INR dataset folder or folder of MLP checkpoints")
     parser.add_argument("--bits", type=bit_width, nargs="+", default=None,
                         help="bit widths to audit: 32 (IEEE single) or 2..16 (uniform grid; 16 as IEEE half with "
@@ -52,7 +59,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def bit_width(text: str) -> int:
-    """argparse type of ``--bits``: a width :func:`~neuralgraph.theory.quantize.quantize_mlp` supports."""
+    """argparse type of ``--bits``: a width :func:`~neuralgraph.theory.quantize.quantize_mlp` supports.
+
+    Args:
+        text: the option's value.
+
+    Returns:
+        The width, 32 or 2..16.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is not such a width.
+    """
     bits = positive_int(text)
     if bits not in IEEE_FORMATS and bits not in UNIFORM_BITS:
         raise argparse.ArgumentTypeError(f"{bits} bits: choose 32 or 2..16")
@@ -60,7 +77,18 @@ def bit_width(text: str) -> int:
 
 
 def load_checkpoint(path: Path) -> Networks:
-    """One MLP from a checkpoint file, as a batch of one; errors name the file."""
+    """One MLP from a checkpoint file, as a batch of one; errors name the file.
+
+    Args:
+        path: a ``.safetensors`` file or a ``torch.save`` state dict (read with ``weights_only=True``).
+
+    Returns:
+        Its weights ``[1, d_out, d_in]`` and biases ``[1, d_out]``, one of each per layer.
+
+    Raises:
+        ValueError: the file cannot be read.
+        GraphConversionError: it holds no MLP state dict.
+    """
     if path.suffix != ".safetensors":
         state = load_torch_file(path)
     else:
@@ -78,7 +106,18 @@ def load_checkpoint(path: Path) -> Networks:
 
 
 def checkpoint_networks(root: Path, limit: int | None) -> Iterator[Networks]:
-    """The checkpoints of ``root`` (sorted by name), stacked into one batch per layout."""
+    """The checkpoints of ``root`` (sorted by name), stacked into one batch per layout.
+
+    Args:
+        root: a folder of MLP checkpoints (:data:`CHECKPOINT_SUFFIXES`).
+        limit: read at most this many files (the first by name), or None for all.
+
+    Yields:
+        One batch of weights and biases per layout, its networks in name order.
+
+    Raises:
+        ValueError: ``root`` holds no checkpoint.
+    """
     paths = sorted(p for p in root.iterdir() if p.suffix in CHECKPOINT_SUFFIXES)[:limit]
     if not paths:
         raise ValueError(f"{root}: no INR dataset manifest and no {'/'.join(CHECKPOINT_SUFFIXES)} checkpoints")
@@ -91,7 +130,16 @@ def checkpoint_networks(root: Path, limit: int | None) -> Iterator[Networks]:
 
 
 def load_networks(root: Path, split: str, limit: int | None) -> Iterator[Networks]:
-    """The networks of an INR dataset split (when ``root`` has a manifest) or of a checkpoint folder."""
+    """The networks of an INR dataset split (when ``root`` has a manifest) or of a checkpoint folder.
+
+    Args:
+        root: an INR dataset folder or a folder of MLP checkpoints.
+        split: the dataset's split (a checkpoint folder has none).
+        limit: audit at most this many networks, or None for all.
+
+    Yields:
+        Batches of weights ``[B, d_out, d_in]`` and biases ``[B, d_out]``, one per layout.
+    """
     if not (root / MANIFEST).exists():
         yield from checkpoint_networks(root, limit)
         return
@@ -100,6 +148,15 @@ def load_networks(root: Path, split: str, limit: int | None) -> Iterator[Network
 
 
 def chunked(networks: Iterable[Networks], size: int) -> Iterator[Networks]:
+    """Splits batches of networks into batches of at most ``size``, which bounds the audit's memory.
+
+    Args:
+        networks: batches of weights and biases.
+        size: the most networks of a batch yielded.
+
+    Yields:
+        The networks of ``networks`` in order, in batches of at most ``size``.
+    """
     for weights, biases in networks:
         for start in range(0, biases[0].shape[0], size):
             yield [w[start : start + size] for w in weights], [b[start : start + size] for b in biases]
@@ -107,7 +164,18 @@ def chunked(networks: Iterable[Networks], size: int) -> Iterator[Networks]:
 
 @dataclass
 class AuditRow:
-    """GP statistics of all audited networks at one bit width and granularity."""
+    """GP statistics of all audited networks at one bit width and granularity.
+
+    Attributes:
+        bits: the bit width.
+        granularity: the quantization granularity (``tensor``, ``layer`` or ``ieee``).
+        networks: how many networks were audited.
+        percent_gp: percentage of networks in general position on the bias separator.
+        percent_combined_gp: percentage in general position on the five combined separators.
+        percent_invariant_gp: percentage in general position on the five invariant separators.
+        median_tied_pairs: median number of neuron pairs tied on the bias.
+        median_unseparated_pairs: median number of pairs tied on every combined separator.
+    """
 
     bits: int
     granularity: str
@@ -123,9 +191,21 @@ def audit_rows(networks: Iterable[Networks], bits: list[int], granularities: lis
                group: Optional[str] = None) -> list[AuditRow]:
     """Quantize and audit every network at each ``(bits, granularity)``; one row per setting.
 
-    ``group``: audit up to that scaling group too (see :func:`~neuralgraph.theory.gp.audit_gp`).
-
     32 bits is always IEEE single, one row; ``"ieee"`` applies to 16 and 32 bits only.
+
+    Args:
+        networks: batches of weights and biases, one layout per batch.
+        bits: the bit widths.
+        granularities: the quantization granularities.
+        chunk: networks audited at once (bounds memory).
+        group: audit up to that scaling group too (see :func:`~neuralgraph.theory.gp.audit_gp`),
+            or None.
+
+    Returns:
+        One :class:`AuditRow` per setting, in the order of ``bits`` then ``granularities``.
+
+    Raises:
+        ValueError: a width has no granularity that applies to it (``ieee`` alone at 8 bits).
     """
     settings = []
     for b in bits:
@@ -161,7 +241,14 @@ def audit_rows(networks: Iterable[Networks], bits: list[int], granularities: lis
 
 
 def format_table(rows: list[AuditRow]) -> str:
-    """Markdown table of :class:`AuditRow` s."""
+    """Markdown table of :class:`AuditRow` s.
+
+    Args:
+        rows: the rows, printed in order.
+
+    Returns:
+        The table, with a header, its alignment line and one line per row.
+    """
     lines = [
         "| bits | scale | networks | in GP (bias) | in GP (combined) | in GP (invariant) "
         "| median tied pairs (bias) | median tied pairs (combined) |",
@@ -191,6 +278,14 @@ def default_bits(granularities: list[str]) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``audit-gp``: prints the table of :func:`audit_rows` for the networks of ``args.root``.
+
+    Args:
+        args: the parsed arguments of :func:`add_arguments`.
+
+    Returns:
+        The exit status, 0.
+    """
     if not args.root.is_dir():
         raise ValueError(f"{args.root}: not a folder")
     bits = args.bits if args.bits is not None else default_bits(args.granularity)

@@ -60,8 +60,8 @@ def close_names(name: str, names: list[str], count: int = 5) -> list[str]:
         count: how many to return at most.
 
     Returns:
-        Up to ``count`` of ``names``, closest first: spelled alike as a whole or in the file name
-        alone (``gmn_k3`` finds ``dilation/gmn_k4``), at a similarity of 0.6 or more.
+        Up to ``count`` of ``names``, closest first, that are spelled alike as a whole or in the file
+        name alone (``gmn_k3`` finds ``dilation/gmn_k4``), at a similarity of 0.6 or more.
     """
     stem = name.rsplit("/", 1)[-1]
 

@@ -13,6 +13,11 @@ from neuralgraph.commands import nonnegative_int, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the worker options (``--worker-index``, ``--num-workers``, ``--merge``) as one group.
+
+    Args:
+        parser: the parser of a command that writes a dataset folder.
+    """
     group = parser.add_argument_group("many processes or machines (docs/datasets.md, 'Data beyond one machine')")
     group.add_argument("--worker-index", type=nonnegative_int, default=None,
                        help="this worker's index, 0 .. N-1 (default: torchrun's RANK, or a SLURM array's "
@@ -38,6 +43,16 @@ def worker_of(args: argparse.Namespace, environ: Mapping[str, str] = os.environ)
     ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``); else a SLURM array's ``SLURM_ARRAY_TASK_ID`` (less
     ``SLURM_ARRAY_TASK_MIN``) and ``SLURM_ARRAY_TASK_COUNT``. A count of 1 is a run alone; both
     launchers at once, or an index outside ``0 .. count-1``, is an error.
+
+    Args:
+        args: the parsed options of :func:`add_arguments`.
+        environ: the environment the launcher's variables are read from.
+
+    Returns:
+        The worker's index and the number of workers, or None when this process writes alone or merges.
+
+    Raises:
+        ValueError: the options contradict each other or the environment, or the index is out of range.
     """
     if args.merge:
         if args.worker_index is not None or args.num_workers is not None:
@@ -71,6 +86,14 @@ def worker_of(args: argparse.Namespace, environ: Mapping[str, str] = os.environ)
 
 
 def worker_done(out: str, worker: tuple[int, int]) -> str:
-    """What a worker prints when its share is written."""
+    """What a worker prints when its share is written.
+
+    Args:
+        out: the dataset folder.
+        worker: the worker's index and the number of workers.
+
+    Returns:
+        One line saying the shards are written and that ``--merge`` comes next.
+    """
     return (f"{out}: worker {worker[0]} of {worker[1]} wrote its shards (worker-{worker[0]}-of-{worker[1]}.json); "
             "once every worker is done, run this command once more with --merge instead of the worker options")

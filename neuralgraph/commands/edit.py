@@ -22,6 +22,11 @@ from neuralgraph.graph import mlp_to_graph
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``edit``'s arguments: the checkpoint, the INR (``--inr`` or ``--index``) and the outputs.
+
+    Args:
+        parser: the subcommand's parser.
+    """
     parser.add_argument("--ckpt", required=True, type=Path, help="checkpoint of an InrEditing run")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--inr", type=Path, help="a .safetensors INR (weight.<l>, bias.<l>)")
@@ -35,7 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def save_inr(path: Path, weights, biases, metadata: dict | None = None) -> None:
-    """One INR as safetensors: ``weight.<l>``, ``bias.<l>`` (l from 1), JSON metadata."""
+    """One INR as safetensors: ``weight.<l>``, ``bias.<l>`` (l from 1), JSON metadata.
+
+    Args:
+        path: the file to write (its folder is created).
+        weights: per layer, the weight ``[d_out, d_in]``.
+        biases: per layer, the bias ``[d_out]``.
+        metadata: values stored JSON-encoded in the file's metadata, or None.
+    """
     tensors = {f"weight.{l}": w.detach().contiguous().cpu() for l, w in enumerate(weights, start=1)}
     tensors.update({f"bias.{l}": b.detach().contiguous().cpu() for l, b in enumerate(biases, start=1)})
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -43,7 +55,17 @@ def save_inr(path: Path, weights, biases, metadata: dict | None = None) -> None:
 
 
 def load_inr(path: Path) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Inverse of :func:`save_inr`; errors name the file and the missing key."""
+    """Inverse of :func:`save_inr`; errors name the file and the missing key.
+
+    Args:
+        path: a safetensors INR.
+
+    Returns:
+        Its weights and biases, one of each per layer from the first.
+
+    Raises:
+        ValueError: the file is unreadable or its keys are not ``weight.1..L`` and ``bias.1..L``.
+    """
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError) as err:
@@ -57,6 +79,14 @@ def load_inr(path: Path) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``edit``: edits the INR with the checkpoint's editor, writes the PNG (and ``--export``).
+
+    Args:
+        args: the parsed arguments of :func:`add_arguments`.
+
+    Returns:
+        The exit status, 0.
+    """
     from neuralgraph.inr import render, siren_layout
     from neuralgraph.nn import merge_ensemble
     from neuralgraph.training.tasks import InrEditing, check_checkpoint

@@ -62,6 +62,11 @@ from neuralgraph.theory.equivariant_space import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``expressivity-report``'s arguments: the layout, the metanets' size, the draws and the check.
+
+    Args:
+        parser: the subcommand's parser.
+    """
     parser.add_argument("--layout", type=positive_int, nargs="+", default=[2, 3, 3, 1],
                         help="layer widths of the networks read (input, hidden..., output)")
     parser.add_argument("--hidden-dim", type=positive_int, default=4, help="feature width of the metanets")
@@ -77,7 +82,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def layout_options(name: str, layout: Layout) -> dict:
-    """Constructor options that size architecture ``name`` for networks of ``layout``."""
+    """Constructor options that size architecture ``name`` for networks of ``layout``.
+
+    Args:
+        name: a name of :data:`~neuralgraph.nn.METANETS`.
+        layout: the widths of the networks read, input first.
+
+    Returns:
+        The keyword options (``max_layers`` and those of its depth, degrees and input/output
+        widths that the architecture's constructor takes).
+    """
     cls = metanet_class(name)
     accepted = inspect.signature(cls.__init__).parameters
     options = {"max_layers": len(layout) - 1}
@@ -92,7 +106,11 @@ def layout_options(name: str, layout: Layout) -> dict:
 
 def redraw(module: torch.nn.Module) -> None:
     """Fresh random parameters for ``module``: ``reset_parameters`` of every submodule, innermost
-    first, so a module that initialises its children its own way (as at construction) has the last word."""
+    first, so a module that initialises its children its own way (as at construction) has the last word.
+
+    Args:
+        module: the module whose parameters are redrawn in place, from torch's global generator.
+    """
     for child in reversed(list(module.modules())):
         if hasattr(child, "reset_parameters"):
             child.reset_parameters()
@@ -101,7 +119,13 @@ def redraw(module: torch.nn.Module) -> None:
 class WeightEdit(torch.nn.Module):
     """A metanet followed by a :class:`~neuralgraph.nn.WeightDecoder` with ``k`` outputs, as a map of
     weight-space vectors (coordinates of :func:`~neuralgraph.theory.equivariant_space.flatten_parameters`):
-    ``[B, n]`` networks of ``layout`` to ``[B, k, n]`` edited ones."""
+    ``[B, n]`` networks of ``layout`` to ``[B, k, n]`` edited ones.
+
+    Args:
+        model: the metanet.
+        decoder: its weight decoder with ``k`` outputs.
+        layout: the widths of the networks read, input first.
+    """
 
     def __init__(self, model: torch.nn.Module, decoder: WeightDecoder, layout: Layout):
         super().__init__()
@@ -114,7 +138,14 @@ class WeightEdit(torch.nn.Module):
 
 def parameter_draws(edit: WeightEdit) -> Iterator[dict[str, Tensor]]:
     """Parameters of ``edit`` for draws 0, 1, ...: draw 0 as built (under seed 0), draw ``d``
-    redrawn under seed ``d`` (the metanet, then the decoder)."""
+    redrawn under seed ``d`` (the metanet, then the decoder).
+
+    Args:
+        edit: the map whose parameters are drawn (redrawn in place, then copied).
+
+    Yields:
+        For each draw, a copy of every named parameter of ``edit``.
+    """
     for draw in itertools.count():
         if draw:
             torch.manual_seed(draw)
@@ -131,6 +162,13 @@ def linearisations(edit: WeightEdit, parameters: dict[str, Tensor]) -> Tensor:
     ``u -> J^T u`` is a vector-Jacobian product, linear in ``u``, and its own vector-Jacobian
     product at the identity gives every ``J_a e_a`` (see the module docstring). A model with an
     op that has no batching rule (PyG's ``to_dense_batch`` in nft) is differentiated draw by draw.
+
+    Args:
+        edit: the map differentiated.
+        parameters: name -> ``[R, ...]``, the parameters of ``R`` draws stacked.
+
+    Returns:
+        The Jacobians ``[R, k, n, n]``, float64.
     """
     n = parameter_count(edit.layout)
     zeros = torch.zeros(n, n, dtype=torch.float64)  # row a: network a
@@ -155,7 +193,15 @@ def linearisations(edit: WeightEdit, parameters: dict[str, Tensor]) -> Tensor:
 
 
 def jacobian_draws(edit: WeightEdit, batch: int) -> Iterator[Tensor]:
-    """The ``[k, n, n]`` Jacobians of draws 0, 1, ... (:func:`parameter_draws`), computed ``batch`` draws at a time."""
+    """The ``[k, n, n]`` Jacobians of draws 0, 1, ... (:func:`parameter_draws`), computed ``batch`` draws at a time.
+
+    Args:
+        edit: the map differentiated.
+        batch: draws differentiated together (one :func:`linearisations` call).
+
+    Yields:
+        The Jacobians of each draw, in draw order, without end.
+    """
     draws = parameter_draws(edit)
     while True:
         chunk = list(itertools.islice(draws, batch))
@@ -164,7 +210,15 @@ def jacobian_draws(edit: WeightEdit, batch: int) -> Iterator[Tensor]:
 
 @dataclass
 class LinearisationSpan:
-    """Span of an architecture's linearisations at the zero network."""
+    """Span of an architecture's linearisations at the zero network.
+
+    Attributes:
+        name: the architecture's name in :data:`~neuralgraph.nn.METANETS`.
+        group: its symmetry group (``hidden`` or ``np``).
+        dimension: the dimension spanned by its Jacobians.
+        draws: how many Jacobians were drawn (draws times ``k``).
+        equivariant: whether every Jacobian commutes with the architecture's group.
+    """
 
     name: str
     group: str
@@ -178,7 +232,21 @@ def linearisation_span(
     batch: int = 12,
 ) -> LinearisationSpan:
     """Add ``k`` Jacobians at 0 per draw (0, 1, ...; ``batch`` draws computed at a time) to the span
-    until it fills the commutant or ``patience`` draws in a row leave it as it is."""
+    until it fills the commutant or ``patience`` draws in a row leave it as it is.
+
+    Args:
+        name: the architecture, a name of :data:`~neuralgraph.nn.METANETS`.
+        layout: the widths of the networks read, input first.
+        hidden_dim: the metanet's feature width.
+        num_layers: the metanet's layers.
+        k: the decoder's outputs, Jacobians per draw.
+        patience: stop after this many draws in a row that add no dimension.
+        progress: show a progress bar on stderr.
+        batch: draws differentiated together.
+
+    Returns:
+        The span reached, its draws, and whether every Jacobian was equivariant.
+    """
     group = metanet_class(name).symmetry
     bound = orbit_count(layout, group)
     span, stale, used = Span(), 0, []
@@ -202,6 +270,17 @@ def format_report(layout: Layout, spans: list[LinearisationSpan], check_up_to: i
 
     The commutant dimension is the orbit count, cross-checked by linear algebra when the weight
     space has at most ``check_up_to`` coordinates.
+
+    Args:
+        layout: the widths of the networks read, input first.
+        spans: one span per architecture, in the order of the rows.
+        check_up_to: the largest weight-space dimension cross-checked.
+
+    Returns:
+        A line on the weight space and the check, a blank line, then the table.
+
+    Raises:
+        RuntimeError: the cross-check disagrees with the orbit count.
     """
     n = parameter_count(layout)
     commutant = {group: orbit_count(layout, group) for group in GROUPS}
@@ -228,6 +307,14 @@ def format_report(layout: Layout, spans: list[LinearisationSpan], check_up_to: i
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``expressivity-report``: one span per architecture, printed as :func:`format_report`'s table.
+
+    Args:
+        args: the parsed arguments of :func:`add_arguments`.
+
+    Returns:
+        The exit status, 0.
+    """
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     layout = tuple(args.layout)
     if len(layout) < 2:

@@ -10,6 +10,12 @@ FORMATS = ("dws-inrs", "nfn-sirens", "small-cnn-zoo", "cnn-wild-park")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``import-dataset``'s arguments: the format and source, the output, each format's options
+    and the worker options (:mod:`neuralgraph.commands.distributed`).
+
+    Args:
+        parser: the subcommand's parser.
+    """
     parser.add_argument("format", choices=FORMATS, help="layout of SRC (docs/datasets.md describes each)")
     parser.add_argument("src", help="the source folder, as its authors released it")
     parser.add_argument("--out", required=True, type=output_folder,
@@ -38,6 +44,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``import-dataset`` (:func:`~neuralgraph.data.importing.import_dataset`) and prints each split's count,
+    or what a worker prints when its share is written.
+
+    Args:
+        args: the parsed arguments of :func:`add_arguments`.
+
+    Returns:
+        The exit status, 0.
+    """
     from neuralgraph.data.importing import import_dataset
     from neuralgraph.data.shards import Worker
 

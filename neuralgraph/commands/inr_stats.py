@@ -15,11 +15,25 @@ QUANTILES = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``inr-stats``'s arguments: the dataset folder and ``--split``.
+
+    Args:
+        parser: the subcommand's parser.
+    """
     parser.add_argument("root", help="dataset folder made by make-inrs")
     parser.add_argument("--split", default=None, help="one split (default: every split in the manifest)")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``inr-stats``: per split, each layer's weight and bias mean and std (beside the DWS INRs'
+    std), the PSNR quantiles and the fitting steps.
+
+    Args:
+        args: the parsed arguments of :func:`add_arguments`.
+
+    Returns:
+        The exit status, 0.
+    """
     splits = [args.split] if args.split else sorted(read_manifest(args.root, INR_FOLDER)["splits"])
     for split in splits:
         data = InrDataset(args.root, split)

@@ -14,6 +14,12 @@ DEFAULTS = ZooSettings()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``make-cnn-zoo``'s arguments: those of :func:`add_zoo_arguments` (epoch 0, the
+    initialisation, may be recorded), ``--channels`` and ``--preset``.
+
+    Args:
+        parser: the subcommand's parser.
+    """
     add_zoo_arguments(parser, DEFAULTS, nonnegative_int)
     parser.add_argument("--channels", type=positive_int, default=DEFAULTS.channels, help="channels of each convolution")
     parser.add_argument("--preset", choices=(preset.PRESET,), default=None,
@@ -25,7 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_zoo_arguments(parser: argparse.ArgumentParser, defaults, epochs_type=positive_int) -> None:
-    """The options every zoo generator takes (``defaults``: its settings dataclass' defaults)."""
+    """The options every zoo generator takes, the worker options among them.
+
+    Args:
+        parser: the generator's parser.
+        defaults: its settings dataclass' defaults, the options' defaults.
+        epochs_type: the argparse type of each ``--epochs`` value.
+    """
     parser.add_argument("--out", required=True, type=output_folder,
                         help="zoo folder (created; rerun the same command to resume)")
     parser.add_argument("--networks", type=positive_int, default=defaults.networks, help="networks to train")
@@ -46,6 +58,14 @@ def add_zoo_arguments(parser: argparse.ArgumentParser, defaults, epochs_type=pos
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``make-cnn-zoo``: trains the zoo (or the ``--preset`` one) into ``--out`` and says what it wrote.
+
+    Args:
+        args: the parsed arguments of :func:`add_arguments`.
+
+    Returns:
+        The exit status, 0.
+    """
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.preset:

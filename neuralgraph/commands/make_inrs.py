@@ -13,6 +13,12 @@ from neuralgraph.inr import DEFAULT_PRESET, INITS, PRESETS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``make-inrs``'s arguments: output, splits, MNIST source, seeds, SIREN preset and fitting
+    options, and the worker options.
+
+    Args:
+        parser: the subcommand's parser.
+    """
     parser.add_argument("--out", required=True, type=output_folder,
                         help="dataset folder (created; rerun the same command to resume)")
     parser.add_argument("--split", choices=SPLITS + ("all",), default="all")
@@ -37,6 +43,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``make-inrs``: fits the INRs into ``--out`` and prints each split's count and shards.
+
+    Args:
+        args: the parsed arguments of :func:`add_arguments`.
+
+    Returns:
+        The exit status, 0.
+    """
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = GenerationSettings.from_preset(

@@ -14,10 +14,24 @@ DEFAULTS = TransformerZooSettings()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds ``make-transformer-zoo``'s arguments, those of
+    :func:`~neuralgraph.commands.make_cnn_zoo.add_zoo_arguments`.
+
+    Args:
+        parser: the subcommand's parser.
+    """
     add_zoo_arguments(parser, DEFAULTS)
 
 
 def run(args: argparse.Namespace) -> int:
+    """Runs ``make-transformer-zoo``: trains the zoo into ``--out`` and says what it wrote.
+
+    Args:
+        args: the parsed arguments of :func:`add_arguments`.
+
+    Returns:
+        The exit status, 0.
+    """
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = TransformerZooSettings(networks=args.networks, checkpoint_epochs=tuple(args.epochs),

@@ -8,11 +8,10 @@ learning rate, L2 (weight decay), dropout before the classifier and the fraction
 images it sees. Weights and train/test accuracy and loss are recorded at every epoch of
 ``checkpoint_epochs``; each (network, epoch) is one entry of the zoo.
 
-Networks train together: a shard of ``shard_size`` networks is one batched matrix product per
-layer (:func:`batched_forward`), every network with its own optimizer state (one ``torch.optim``
-parameter group per network), and the loss is the sum of the networks' own losses, so the
-networks do not interact. Every network sees the same mini-batches; its training fraction is a
-per-network mask over them.
+Networks train together, a shard of ``shard_size`` at a time, through the trainer every zoo
+shares (:mod:`~neuralgraph.data.zoo_trainer`, :func:`train_networks`): each network on its own
+subset of the training images (its ``train_fraction`` of them), in its own mini-batch order, with
+its own dropout masks and optimizer state, so that it trains as it would alone.
 
 Storage is the sharded folder of :mod:`neuralgraph.data.shards`: shards
 ``zoo-00000.safetensors`` with ``conv{1,2,3}.weight [n, C, C_in, 3, 3]``, ``conv*.bias``,
@@ -23,6 +22,7 @@ started again skips the recorded shards (sha256-checked) and retrains the others
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,15 +49,22 @@ from neuralgraph.data.shards import (
 )
 from neuralgraph.data.formats import cnn_wild_park
 from neuralgraph.data.mnist import PathLike, load_digits
+from neuralgraph.data.zoo_trainer import Adam, Checkpoint, ConvStack, MiniBatches, Rule, SGD, fit, order_networks
 from neuralgraph.graph import Activation, activation_codes, batch_graphs, blocks_to_graph
-from neuralgraph.nn.context import WeightBlocks
+from neuralgraph.nn.context import GraphFacts, WeightBlocks, graph_facts
+from neuralgraph.progress import Progress
 
 ZOO_FOLDER = FolderFormat("neuralgraph-cnn-zoo/1", "make-cnn-zoo")
+#: The zoo networks' activations, indexed by their ``activation`` hyperparameter.
 ACTIVATIONS = (Activation.RELU.value, Activation.TANH.value, Activation.GELU.value)
+#: The initialisations (``torch.nn.init`` names), indexed by ``init``.
 INITS = ("kaiming_normal", "xavier_normal", "orthogonal")
+#: The optimizers, indexed by ``optimizer``.
 OPTIMIZERS = ("adam", "sgd")
+#: The categorical hyperparameters and their values, as the manifest records them.
 CHOICES = {"activation": ACTIVATIONS, "init": INITS, "optimizer": OPTIMIZERS}
 NUM_CLASSES = 10
+SGD_MOMENTUM = 0.9
 KERNEL, STRIDE = 3, 2
 LAYERS = ("conv1", "conv2", "conv3", "linear")
 
@@ -69,6 +76,17 @@ class ZooSettings:
     ``networks`` networks in shards of ``shard_size``; each trains for ``max(checkpoint_epochs)``
     epochs over the first ``train_size`` MNIST training images (a per-network fraction of
     them), in mini-batches of ``batch_size``, and is tested on the first ``test_size`` test images.
+
+    Attributes:
+        networks: networks in the zoo.
+        channels: channels of each convolution.
+        checkpoint_epochs: the epochs after which a network's weights and metrics are kept.
+        train_size: MNIST training images used.
+        test_size: MNIST test images used.
+        batch_size: mini-batch size.
+        shard_size: networks per shard.
+        seed: the zoo's seed (every network's is derived from it).
+        source: the MNIST images, ``"full"`` or ``"embedded"`` (:func:`~neuralgraph.data.mnist.load_digits`).
     """
 
     networks: int = 256
@@ -98,12 +116,30 @@ class ZooSettings:
 
 
 def network_seed(seed: int, network: int, stream: int = 0) -> int:
-    """Seed of ``network`` (stream 0: its hyperparameters and init) or of its shard's batch order (stream 1)."""
+    """Seed of one of ``network``'s random streams: 0 its hyperparameters and initialisation, 1 its
+    mini-batch order, 2 its training subset, 3 its dropout masks (every zoo generator's convention).
+
+    Args:
+        seed: the zoo's seed.
+        network: the network's id.
+        stream: 0, 1, 2 or 3.
+
+    Returns:
+        A 32-bit seed.
+    """
     return int(np.random.SeedSequence([seed, network, stream]).generate_state(1)[0])
 
 
 def sample_hyperparameters(seed: int) -> dict:
-    """The hyperparameters of the network of ``seed`` (categorical ones as indices into :data:`CHOICES`)."""
+    """The hyperparameters of the network of ``seed`` (categorical ones as indices into :data:`CHOICES`).
+
+    Args:
+        seed: the network's seed (:func:`network_seed`).
+
+    Returns:
+        ``activation``, ``init``, ``init_scale``, ``optimizer``, ``lr``, ``l2``, ``dropout`` and
+        ``train_fraction``, by name.
+    """
     rng = np.random.default_rng(seed)
     optimizer = int(rng.integers(len(OPTIMIZERS)))
     low, high = (1e-4, 1e-2) if OPTIMIZERS[optimizer] == "adam" else (1e-3, 1e-1)
@@ -120,7 +156,16 @@ def sample_hyperparameters(seed: int) -> dict:
 
 
 def initial_parameters(channels: int, hyper: dict, seed: int) -> dict[str, Tensor]:
-    """One network's parameters, initialised by its ``init`` times ``init_scale``; biases zero."""
+    """One network's parameters, initialised by its ``init`` times ``init_scale``; biases zero.
+
+    Args:
+        channels: channels of each convolution.
+        hyper: the network's hyperparameters (:func:`sample_hyperparameters`).
+        seed: the network's seed.
+
+    Returns:
+        ``state_dict``-style tensors of a :class:`ZooNetwork`.
+    """
     generator = torch.Generator().manual_seed(seed)
     init = getattr(nn.init, INITS[hyper["init"]] + "_")
     shapes = {"conv1": (channels, 1, KERNEL, KERNEL), "conv2": (channels, channels, KERNEL, KERNEL),
@@ -135,7 +180,12 @@ def initial_parameters(channels: int, hyper: dict, seed: int) -> dict[str, Tenso
 
 
 class ZooNetwork(nn.Module):
-    """One network of the zoo as a plain module (what ``module_to_graph`` reads)."""
+    """One network of the zoo as a plain module (what ``module_to_graph`` reads).
+
+    Args:
+        channels: channels of each convolution.
+        activation: ``"relu"``, ``"tanh"`` or ``"gelu"``.
+    """
 
     def __init__(self, channels: int = 16, activation: str = "relu"):
         super().__init__()
@@ -154,127 +204,146 @@ class ZooNetwork(nn.Module):
         return self.linear(self.flatten(self.pool(x)))
 
 
-def _apply_activations(x: Tensor, codes: Tensor) -> Tensor:
-    """Each network's activation on its own features: ``x`` ``[n, ...]``, ``codes`` ``[n]``.
+def optimizer_rule(hyper: dict) -> Rule:
+    """The optimizer of a network of hyperparameters ``hyper``.
 
-    One call per run of equal codes (a shard orders its networks by activation: three calls).
+    Args:
+        hyper: the network's hyperparameters (:func:`sample_hyperparameters`).
+
+    Returns:
+        Adam (``torch.optim.Adam``'s defaults) or SGD with momentum 0.9, as a
+        :mod:`~neuralgraph.data.zoo_trainer` rule.
     """
-    values, counts = torch.unique_consecutive(codes, return_counts=True)
-    return torch.cat([getattr(torch.nn.functional, ACTIVATIONS[v])(part)
-                      for v, part in zip(values.tolist(), x.split(counts.tolist()))])
+    return Adam() if OPTIMIZERS[hyper["optimizer"]] == "adam" else SGD(momentum=SGD_MOMENTUM)
 
 
-def batched_forward(params: list[dict[str, Tensor]], codes: Tensor, images: Tensor,
-                    dropout: Optional[Tensor] = None, generator: Optional[torch.Generator] = None) -> Tensor:
-    """Logits ``[B, n, 10]`` of ``n`` networks on ``images`` ``[B, 1, H, W]``.
+def training_subset(settings: ZooSettings, network: int, fraction: float, images: int) -> Tensor:
+    """The training images a network trains on: the first ``round(fraction * images)`` (at least one)
+    of a permutation from its stream 2.
 
-    Each convolution is ``unfold`` then one batched matrix product over the networks
-    (``[n, B*L, C_in*9] @ [n, C_in*9, C_out]``), much faster on CPU than a grouped convolution.
-    ``dropout`` ``[n]`` (training): each network's dropout rate on its pooled features, the masks
-    drawn from ``generator`` (so that a shard's training is reproducible).
+    Args:
+        settings: the zoo's settings (its seed).
+        network: the network's id.
+        fraction: its ``train_fraction``.
+        images: training images available.
+
+    Returns:
+        ``[m]`` image indices.
     """
-    n, B = len(params), images.shape[0]
-    x = images.unsqueeze(0)  # [n or 1, B, C_in, H, W]: the input is shared
-    for name in LAYERS[:-1]:
-        weight = torch.stack([p[f"{name}.weight"] for p in params]).flatten(2)  # [n, C_out, C_in*9]
-        bias = torch.stack([p[f"{name}.bias"] for p in params])  # [n, C_out]
-        H, W = x.shape[-2:]
-        h, w = (H - KERNEL) // STRIDE + 1, (W - KERNEL) // STRIDE + 1
-        m = x.shape[0]
-        cols = torch.nn.functional.unfold(x.reshape(m * B, *x.shape[2:]), KERNEL, stride=STRIDE)  # [mB, K, hw]
-        cols = cols.view(m, B, -1, h * w).transpose(2, 3).reshape(m, B * h * w, -1)
-        y = torch.matmul(cols, weight.transpose(1, 2)) + bias.unsqueeze(1)  # [n, B*hw, C_out]
-        x = _apply_activations(y, codes).view(n, B, h * w, -1).transpose(2, 3).reshape(n, B, -1, h, w)
-    features = x.mean(dim=(-2, -1)).transpose(0, 1)  # [B, n, C]
-    if dropout is not None:
-        keep = 1 - dropout.view(1, n, 1)
-        features = features * torch.bernoulli(keep.expand_as(features), generator=generator) / keep
-    weight = torch.stack([p["linear.weight"] for p in params])
-    bias = torch.stack([p["linear.bias"] for p in params])
-    return torch.einsum("bnc,nkc->bnk", features, weight) + bias
+    generator = torch.Generator().manual_seed(network_seed(settings.seed, network, 2))
+    return torch.randperm(images, generator=generator)[:max(1, round(fraction * images))]
 
 
-@torch.no_grad()
-def _evaluate(params, codes, images: Tensor, labels: Tensor, mask: Tensor, batch_size: int) -> tuple[Tensor, Tensor]:
-    """Per-network accuracy and mean cross-entropy on the images ``mask`` ``[N_images, n]`` selects."""
-    n = len(params)
-    correct, loss = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
-    for start in range(0, len(images), batch_size):
-        logits = batched_forward(params, codes, images[start:start + batch_size])
-        target = labels[start:start + batch_size]
-        m = mask[start:start + batch_size]
-        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target[:, None].expand(-1, n),
-                                               reduction="none")
-        correct += ((logits.argmax(-1) == target[:, None]) * m).sum(0).double()
-        loss += (ce * m).sum(0).double()
-    count = mask.sum(0).double()
-    return (correct / count).float(), (loss / count).float()
+def stack_networks(networks: Sequence[int], settings: ZooSettings, images: int,
+                   device: Optional[torch.device | str] = None,
+                   dtype: torch.dtype = torch.float32) -> tuple[ConvStack, MiniBatches, list[int]]:
+    """The networks of ids ``networks`` ready to train: their stack, with its optimizer, and their
+    mini-batches (:mod:`~neuralgraph.data.zoo_trainer`).
 
+    Each network trains on its own subset of the training images (:func:`training_subset`), in
+    mini-batches of ``settings.batch_size`` in an order from its stream 1 (the last batch of an
+    epoch may be smaller), with dropout masks on its pooled features from its stream 3, under its
+    own optimizer (:func:`optimizer_rule`, its ``l2`` as weight decay on every parameter). Every
+    random draw is made on the CPU whatever the device.
 
-def _optimizers(params: list[dict[str, Tensor]], hypers: list[dict]) -> list[torch.optim.Optimizer]:
-    """One optimizer per kind, one parameter group per network (its lr and L2)."""
-    groups = {name: [] for name in OPTIMIZERS}
-    for p, h in zip(params, hypers):
-        groups[OPTIMIZERS[h["optimizer"]]].append({"params": list(p.values()), "lr": h["lr"], "weight_decay": h["l2"]})
-    optimizers = []
-    if groups["adam"]:
-        optimizers.append(torch.optim.Adam(groups["adam"], foreach=True))
-    if groups["sgd"]:
-        optimizers.append(torch.optim.SGD(groups["sgd"], momentum=0.9, foreach=True))
-    return optimizers
+    Args:
+        networks: the networks' ids.
+        settings: the zoo's settings.
+        images: training images available.
+        device: where the networks train (default: the CPU).
+        dtype: their parameters' dtype (float32 in a zoo; float64 to measure rounding).
 
-
-def train_shard(first: int, count: int, settings: ZooSettings, train, test, bar: Optional[tqdm] = None) -> dict:
-    """Train networks ``first .. first + count - 1``; the tensors of their shard."""
-    seeds = [network_seed(settings.seed, first + i) for i in range(count)]
+    Returns:
+        The stack, the mini-batches (both in the stack's order of networks) and that order (each
+        stack row's position in ``networks``).
+    """
+    device = torch.device("cpu") if device is None else torch.device(device)
+    ids = list(networks)
+    seeds = [network_seed(settings.seed, i) for i in ids]
     hypers = [sample_hyperparameters(s) for s in seeds]
-    order = sorted(range(count), key=lambda i: hypers[i]["activation"])  # one activation call per kind
-    seeds, hypers = [seeds[i] for i in order], [hypers[i] for i in order]
-    networks = torch.tensor([first + i for i in order])
-    params = [{k: v.requires_grad_() for k, v in initial_parameters(settings.channels, h, s).items()}
-              for h, s in zip(hypers, seeds)]
-    codes = torch.tensor([h["activation"] for h in hypers])
-    dropout = torch.tensor([h["dropout"] for h in hypers])
-    train_images, train_labels = train
-    N = len(train_images)
-    # network i trains on the images its own permutation ranks below its fraction
-    ranks = torch.stack([torch.randperm(N, generator=torch.Generator().manual_seed(s)).argsort() for s in seeds], 1)
-    train_mask = (ranks < torch.tensor([max(1, round(h["train_fraction"] * N)) for h in hypers])).float()
-    test_mask = torch.ones(len(test[0]), count)
-    optimizers = _optimizers(params, hypers)
-    generator = torch.Generator().manual_seed(network_seed(settings.seed, first, stream=1))
+    subsets = [training_subset(settings, i, h["train_fraction"], images) for i, h in zip(ids, hypers)]
+    rules = [optimizer_rule(h) for h in hypers]
+    activations = [ACTIVATIONS[h["activation"]] for h in hypers]
+    order = order_networks(activations, rules, [-(-len(s) // settings.batch_size) for s in subsets])
+    ordered = [hypers[k] for k in order]
+    initial = [initial_parameters(settings.channels, hypers[k], seeds[k]) for k in order]
+    stack = ConvStack({key: torch.stack([p[key] for p in initial]).to(device, dtype) for key in initial[0]},
+                      [activations[k] for k in order], [h["dropout"] for h in ordered], dropout_at="features",
+                      bit_seeds=[network_seed(settings.seed, ids[k], 3) for k in order])
+    stack.optimizer([rules[k] for k in order], [h["lr"] for h in ordered], [h["l2"] for h in ordered],
+                    decay="all", groups=[activations[k] for k in order])
+    batches = MiniBatches([subsets[k] for k in order], [network_seed(settings.seed, ids[k], 1) for k in order],
+                          settings.batch_size, drop_last=False)
+    return stack, batches, order
+
+
+def train_networks(networks: Sequence[int], settings: ZooSettings, train, test, bar: Optional[tqdm] = None,
+                   device: Optional[torch.device | str] = None, dtype: torch.dtype = torch.float32) -> dict:
+    """Train the networks of ids ``networks`` together (:func:`stack_networks`), each as it would
+    train alone; the tensors of their checkpoints, on the CPU.
+
+    Every random draw is made on the CPU whatever the device, so another device changes the
+    networks by float rounding only (bitwise reproducibility is the CPU's); it is no setting of
+    the zoo.
+
+    Args:
+        networks: the networks' ids.
+        settings: the zoo's settings.
+        train: MNIST training ``(images, labels)``.
+        test: MNIST test ``(images, labels)``.
+        bar: a progress bar advanced per network and epoch, or ``None``.
+        device: where the networks train (default: the CPU).
+        dtype: their parameters' dtype (float32 in a zoo; float64 to measure rounding).
+
+    Returns:
+        The tensors by name: parameters, metrics, ``epoch`` and ``network`` of every checkpoint
+        (checkpoint by checkpoint, networks in the order given), and the hyperparameters.
+    """
+    device = torch.device("cpu") if device is None else torch.device(device)
+    ids = list(networks)
+    hypers = [sample_hyperparameters(network_seed(settings.seed, i)) for i in ids]
+    stack, batches, order = stack_networks(ids, settings, len(train[0]), device, dtype)
+    row = torch.tensor(order).argsort()  # each network's row in the stack
     records = []
-    for epoch in range(1, max(settings.checkpoint_epochs) + 1):
-        shuffled = torch.randperm(N, generator=generator)
-        for start in range(0, N, settings.batch_size):
-            index = shuffled[start:start + settings.batch_size]
-            logits = batched_forward(params, codes, train_images[index], dropout, generator)
-            mask = train_mask[index]
-            ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), train_labels[index, None].expand(-1, count),
-                                                   reduction="none")
-            loss = ((ce * mask).sum(0) / mask.sum(0).clamp(min=1)).sum()
-            for optimizer in optimizers:
-                optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            for optimizer in optimizers:
-                optimizer.step()
-        if epoch in settings.checkpoint_epochs:
-            train_acc, train_loss = _evaluate(params, codes, *train, train_mask, 256)
-            test_acc, test_loss = _evaluate(params, codes, *test, test_mask, 256)
-            records.append({**{k: torch.stack([p[k].detach() for p in params]) for k in params[0]},
-                            "train_accuracy": train_acc, "test_accuracy": test_acc,
-                            "train_loss": train_loss, "test_loss": test_loss,
-                            "epoch": torch.full((count,), epoch), "network": networks})
-        if bar is not None:
-            bar.update(count / max(settings.checkpoint_epochs))
+
+    def record(checkpoint: Checkpoint) -> None:
+        state = {key: value[row].cpu() for key, value in stack.state().items()}
+        metrics = {name: getattr(checkpoint, name)[row].float().cpu()
+                   for name in ("train_accuracy", "test_accuracy", "train_loss", "test_loss")}
+        records.append({**state, **metrics, "epoch": torch.full((len(ids),), checkpoint.epoch),
+                        "network": torch.tensor(ids)})
+
+    epochs = max(settings.checkpoint_epochs)
+    fit(stack, batches, (stack.prepare(train[0]), train[1].to(device)), (stack.prepare(test[0]), test[1].to(device)),
+        settings.checkpoint_epochs, record, progress=bar and (lambda epoch: bar.update(len(ids) / epochs)))
     tensors = {k: torch.cat([r[k] for r in records]).contiguous() for k in records[0]}
-    E = len(records)
     for key in hypers[0]:
-        dtype = torch.long if key in CHOICES else torch.float32
-        tensors[key] = torch.tensor([h[key] for h in hypers], dtype=dtype).repeat(E)
+        dtype_ = torch.long if key in CHOICES else torch.float32
+        tensors[key] = torch.tensor([h[key] for h in hypers], dtype=dtype_).repeat(len(records))
     for key in ("train_loss", "test_loss"):  # a diverged network has no finite loss: record it as such
         tensors[key] = torch.nan_to_num(tensors[key], nan=math.inf)
     return tensors
+
+
+def train_shard(first: int, count: int, settings: ZooSettings, train, test, bar: Optional[tqdm] = None,
+                device: Optional[torch.device | str] = None) -> dict:
+    """Train networks ``first .. first + count - 1``; the tensors of their shard, on the CPU.
+
+    ``device`` (default: the CPU) is where they train (:func:`train_networks`).
+
+    Args:
+        first: the first network's id.
+        count: networks in the shard.
+        settings: the zoo's settings.
+        train: MNIST training ``(images, labels)``.
+        test: MNIST test ``(images, labels)``.
+        bar: a progress bar advanced per network and epoch, or ``None``.
+        device: where the networks train (default: the CPU).
+
+    Returns:
+        The shard's tensors by name (parameters, metrics and ids of every kept checkpoint).
+    """
+    return train_networks(range(first, first + count), settings, train, test, bar, device)
 
 
 def _mnist(split: str, size: int, source: str, root: Optional[PathLike]) -> tuple[Tensor, Tensor]:
@@ -286,15 +355,30 @@ def _mnist(split: str, size: int, source: str, root: Optional[PathLike]) -> tupl
 
 
 def make_cnn_zoo(out: PathLike, settings: ZooSettings = ZooSettings(), root: Optional[PathLike] = None,
-                 progress: bool = True, distributed: Optional[Worker] = None, merge: bool = False) -> dict:
+                 progress: bool = True, distributed: Optional[Worker] = None, merge: bool = False,
+                 device: Optional[torch.device | str] = None) -> dict:
     """Train and write (or finish writing) the zoo of ``settings`` into ``out``; return the manifest.
 
     Resuming into a folder made with other settings is an error naming the field; a recorded
     shard whose sha256 changed is refused; a file the manifest does not list is never overwritten.
     ``distributed`` (this process is one :class:`~neuralgraph.data.shards.Worker` of many) and
     ``merge`` (the step after the workers) are those of :class:`~neuralgraph.data.shards.FolderWriter`.
+    ``device``: where the networks train (:func:`train_shard`; default the CPU).
+
+    Args:
+        out: the zoo folder.
+        settings: what the zoo is.
+        root: the MNIST folder (default: found as :func:`~neuralgraph.data.mnist.load_mnist` finds it).
+        progress: show a progress bar.
+        distributed: this process's worker, or ``None``.
+        merge: merge the workers' manifests.
+        device: where the networks train (default: the CPU).
+
+    Returns:
+        The manifest, as written.
     """
-    return write_zoo(out, ZOO_FOLDER, settings, train_shard, "CNN", root, progress, distributed, merge,
+    trainer = train_shard if device is None else functools.partial(train_shard, device=device)
+    return write_zoo(out, ZOO_FOLDER, settings, trainer, "CNN", root, progress, distributed, merge,
                      choices={k: list(v) for k, v in CHOICES.items()})
 
 
@@ -303,7 +387,23 @@ def write_zoo(out: PathLike, folder: FolderFormat, settings, train_shard: Callab
               **manifest) -> dict:
     """The loop every zoo generator shares: plan the shards of ``settings.shard_size`` networks that
     are missing, train each with ``train_shard(first, count, settings, train, test, bar)`` on the
-    settings' MNIST images, and commit it (``manifest``: the generator's own manifest fields)."""
+    settings' MNIST images, and commit it (``manifest``: the generator's own manifest fields).
+
+    Args:
+        out: the zoo folder.
+        folder: its format (name and command).
+        settings: the zoo's settings (with ``networks``, ``shard_size``, ``to_dict()`` and the MNIST sizes).
+        train_shard: the shard trainer.
+        unit: the progress bar's unit.
+        root: the MNIST folder, or ``None``.
+        progress: show a progress bar.
+        distributed: this process's worker, or ``None``.
+        merge: merge the workers' manifests.
+        **manifest: the generator's own manifest fields.
+
+    Returns:
+        The manifest, as written.
+    """
     out = Path(out)
     writer = FolderWriter(out, folder, settings.to_dict(), distributed, merge, **manifest, shards=[])
     manifest = writer.manifest
@@ -318,8 +418,8 @@ def write_zoo(out: PathLike, folder: FolderFormat, settings, train_shard: Callab
     train = _mnist("train", settings.train_size, settings.source, root)
     test = _mnist("test", settings.test_size, settings.source, root)
     done = settings.networks - sum(count for _, _, count in todo)
-    with tqdm(total=settings.networks, initial=done, unit=unit, desc=f"{folder.command} {out}", disable=not progress,
-              dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}]") as bar:
+    with Progress(total=settings.networks, initial=done, unit=unit, desc=f"{folder.command} {out}", disable=not progress,
+                  dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}]") as bar:
         for path, first, count in todo:
             writer.commit(path, safetensors_bytes(train_shard(first, count, settings, train, test, bar)))
     return manifest
@@ -330,7 +430,17 @@ SPLIT_FRACTIONS = {"val": 0.15, "test": 0.15}
 
 def network_split(tensors: dict[str, Tensor], networks: int, split: str, split_seed: int) -> dict[str, Tensor]:
     """The entries of ``split``, split by network: position in ``numpy.random.default_rng(split_seed)``'s
-    permutation of the ``networks`` ids, first 15% val, next 15% test, the rest train."""
+    permutation of the ``networks`` ids, first 15% val, next 15% test, the rest train.
+
+    Args:
+        tensors: a zoo's tensors by name, with ``network`` ids.
+        networks: networks in the zoo.
+        split: ``"train"``, ``"val"`` or ``"test"``.
+        split_seed: the seed of the permutation.
+
+    Returns:
+        The split's rows of every tensor.
+    """
     permutation = np.random.default_rng(split_seed).permutation(networks)
     n_val, n_test = (round(SPLIT_FRACTIONS[s] * networks) for s in ("val", "test"))
     members = {"val": permutation[:n_val], "test": permutation[n_val:n_val + n_test],
@@ -343,13 +453,21 @@ class ZooBatch(NamedTuple):
     """A mini-batch of zoo entries: their parameter graphs, their weights and what the task predicts.
 
     ``blocks`` holds the weights the graph was built from (:meth:`CnnZooDataset.batch`), as
-    ``InrBatch.blocks`` does; ``None`` in a batch built by hand.
+    ``InrBatch.blocks`` does; ``None`` in a batch built by hand. ``facts``: as ``InrBatch.facts``.
+
+    Attributes:
+        graph: parameter graphs, of one layout (or one per network, in a folder of mixed layouts).
+        accuracy: ``[B]`` test accuracy of each network at its checkpoint.
+        index: ``[B]`` position of each entry in its split.
+        blocks: the networks' edge-feature blocks and biases, layer by layer.
+        facts: sizes and index ranges of the graph, read on the CPU.
     """
 
     graph: Batch  # parameter graphs, one layout (or one per network, in a folder of mixed layouts)
     accuracy: Tensor  # [B] test accuracy of each network at its checkpoint
     index: Tensor  # [B] position of each entry in its split
     blocks: Optional[WeightBlocks] = None  # the networks' edge-feature blocks and biases, layer by layer
+    facts: Optional[GraphFacts] = None  # sizes and index ranges of the graph, read on the CPU
 
     @property
     def size(self) -> int:
@@ -363,6 +481,14 @@ def zoo_graph(weights: list[Tensor], biases: list[Tensor], activation: Tensor) -
     ``activation`` ``[B]``: each network's activation as an index into :data:`ACTIVATIONS`; the
     graphs' ``activation`` node field holds it on the three convolutions' neurons (``identity``
     on the input and the logits), as ``module_to_graph`` of the :class:`ZooNetwork` records it.
+
+    Args:
+        weights: per layer, ``[B, C_out, C_in, 3, 3]`` kernels, then ``[B, 10, C]``.
+        biases: per layer ``[B, d_out]``.
+        activation: ``[B]`` activation indices.
+
+    Returns:
+        A ``Batch`` of ``B`` graphs.
     """
     codes = activation_codes(ACTIVATIONS).to(activation.device)[activation]  # zoo index -> graph code
     identity = torch.zeros_like(codes)
@@ -372,7 +498,14 @@ def zoo_graph(weights: list[Tensor], biases: list[Tensor], activation: Tensor) -
 
 def zoo_blocks(weights: list[Tensor]) -> list[Tensor]:
     """Per layer the edge features ``[B, d_out, d_in, f]`` of a batch of zoo CNNs: 9 per 3x3 kernel, 1 per
-    classifier weight (views)."""
+    classifier weight (views).
+
+    Args:
+        weights: per layer, kernels ``[B, C_out, C_in, kh, kw]`` or matrices ``[B, d_out, d_in]``.
+
+    Returns:
+        Per layer ``[B, d_out, d_in, f]``.
+    """
     return [w.flatten(3) if w.dim() == 5 else w.unsqueeze(-1) for w in weights]
 
 
@@ -390,6 +523,11 @@ class CnnZooDataset(Dataset):
     network's architecture next to its parameters; ``networks`` gives each one's architecture,
     parameters and graph (:class:`~neuralgraph.data.formats.cnn_wild_park.WildParkNetworks`), and a
     batch is its networks' graphs through :func:`~neuralgraph.graph.batch_graphs`, without ``blocks``.
+
+    Args:
+        root: the zoo folder.
+        split: ``"train"``, ``"val"`` or ``"test"``.
+        split_seed: the seed of the split by network (generated zoos).
     """
 
     def __init__(self, root: PathLike, split: str = "train", split_seed: int = 0):
@@ -456,10 +594,12 @@ class CnnZooDataset(Dataset):
         """Entries ``indices`` as one :class:`ZooBatch` (a ``DataLoader``'s ``collate_fn``)."""
         index = torch.as_tensor(indices, dtype=torch.long)
         if self.mixed_layouts:
-            return ZooBatch(batch_graphs([self.networks.graph(int(k)) for k in index]), self.accuracy[index], index)
+            graph = batch_graphs([self.networks.graph(int(k)) for k in index])
+            return ZooBatch(graph, self.accuracy[index], index, facts=graph_facts(graph))
         weights, biases = [w[index] for w in self.weights], [b[index] for b in self.biases]
-        return ZooBatch(zoo_graph(weights, biases, self.tensors["activation"][index]), self.accuracy[index], index,
-                        WeightBlocks.of(zoo_blocks(weights), biases))
+        graph = zoo_graph(weights, biases, self.tensors["activation"][index])
+        blocks = WeightBlocks.of(zoo_blocks(weights), biases)
+        return ZooBatch(graph, self.accuracy[index], index, blocks, graph_facts(graph, blocks.layout))
 
 
 STATISTIC_QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -467,7 +607,15 @@ STATISTIC_QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 def weight_statistics(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> Tensor:
     """StatNN's features (Unterthiner et al., 2020): per layer, the mean, variance and the
-    0/25/50/75/100% quantiles of the weights and of the biases; ``[B, 14 * layers]``."""
+    0/25/50/75/100% quantiles of the weights and of the biases; ``[B, 14 * layers]``.
+
+    Args:
+        weights: per layer ``[B, ...]``.
+        biases: per layer ``[B, d_out]``.
+
+    Returns:
+        ``[B, 14 * layers]``.
+    """
     q = torch.tensor(STATISTIC_QUANTILES)
     features = []
     for t in (tensor.flatten(1) for pair in zip(weights, biases) for tensor in pair):

@@ -33,12 +33,25 @@ from neuralgraph.data.shards import MANIFEST, DatasetError, FolderWriter, Worker
 from neuralgraph.inr import SirenConvention, psnr, render
 from neuralgraph.progress import Progress
 
+#: Values of ``--images``: the full MNIST, the subset embedded in the package, or no images.
 IMAGE_SOURCES = ("full", "embedded", "none")
+#: Lowest median PSNR (dB) of a shard's INRs rendered against their MNIST digits; a lower one means
+#: the source's convention or digits are not those of the INRs, and the import stops.
 MIN_MEDIAN_PSNR = 20.0
 
 
 def image_source(requested: Optional[str]) -> str:
-    """``requested``, or ``"full"`` where MNIST is on disk and ``"none"`` otherwise (said in one line)."""
+    """``requested``, or ``"full"`` where MNIST is on disk and ``"none"`` otherwise (said in one line).
+
+    Args:
+        requested: ``--images`` (one of :data:`IMAGE_SOURCES`), or None to choose by what is on disk.
+
+    Returns:
+        The image source of the import.
+
+    Raises:
+        ValueError: ``requested`` is not an image source.
+    """
     if requested is not None:
         if requested not in IMAGE_SOURCES:
             raise ValueError(f"--images {requested!r}: expected one of {IMAGE_SOURCES}")
@@ -53,7 +66,12 @@ def image_source(requested: Optional[str]) -> str:
 
 
 class DigitLookup:
-    """MNIST digits by (split, index), loaded on first use."""
+    """MNIST digits by (split, index), loaded on first use.
+
+    Args:
+        source: the MNIST the digits come from (``full`` or ``embedded``, see
+            :func:`~neuralgraph.data.mnist.load_digits`).
+    """
 
     def __init__(self, source: str):
         self.source = source
@@ -113,6 +131,29 @@ def _inr_shard(reader, entries: Sequence[InrEntry], layout: tuple[int, ...], con
 
 def import_inrs(fmt: str, src: Path, out: Path, limit: Optional[int], options: dict, images: str,
                 shard_size: int, progress: bool, distributed: Optional[Worker] = None, merge: bool = False) -> dict:
+    """Imports an INR source into an :class:`~neuralgraph.data.inr_dataset.InrDataset` folder, with
+    its MNIST digits unless ``images`` is ``"none"`` (each shard checked against
+    :data:`MIN_MEDIAN_PSNR`).
+
+    Args:
+        fmt: the INR format, a key of :data:`~neuralgraph.data.formats.FORMATS`.
+        src: the source folder.
+        out: the dataset folder to write.
+        limit: keep the first ``limit`` entries of each split, or None for all.
+        options: the format's own options for its ``scan``.
+        images: the image source, as :func:`image_source` returns it.
+        shard_size: entries per safetensors shard.
+        progress: show a progress bar.
+        distributed: this process's share when it is one worker of many, or None.
+        merge: merge the workers' records into the manifest instead of writing shards.
+
+    Returns:
+        The folder's manifest.
+
+    Raises:
+        ~neuralgraph.data.formats.source.SourceError: a source file is bad, or the rendered INRs do not
+            match their digits.
+    """
     reader = FORMATS[fmt]
     splits = reader.scan(src, **options)
     splits = {split: entries[:limit] for split, entries in splits.items()}
@@ -149,6 +190,25 @@ def import_inrs(fmt: str, src: Path, out: Path, limit: Optional[int], options: d
 
 def import_zoo(src: Path, out: Path, limit: Optional[int], options: dict, shard_size: int, progress: bool,
                distributed: Optional[Worker] = None, merge: bool = False) -> dict:
+    """Imports the Small CNN Zoo into a :class:`~neuralgraph.data.cnn_zoo.CnnZooDataset` folder, with
+    each network's metrics, epoch and activation.
+
+    Args:
+        src: the source folder.
+        out: the dataset folder to write.
+        limit: keep the first ``limit`` entries of each split, or None for all.
+        options: the format's own options for its ``scan``.
+        shard_size: entries per safetensors shard.
+        progress: show a progress bar.
+        distributed: this process's share when it is one worker of many, or None.
+        merge: merge the workers' records into the manifest instead of writing shards.
+
+    Returns:
+        The folder's manifest.
+
+    Raises:
+        ~neuralgraph.data.formats.source.SourceError: the source's layers or activations are not the Small CNN Zoo's.
+    """
     source = small_cnn_zoo.scan(src, **options)
     if len(source.layers) != len(cnn_zoo.LAYERS) or any(len(l.kernel[1]) != 4 for l in source.layers[:-1]):
         raise SourceError(f"{src / 'layout.csv'}: {len(source.layers)} layers; the Small CNN Zoo has three 3x3 "
@@ -196,7 +256,21 @@ def import_zoo(src: Path, out: Path, limit: Optional[int], options: dict, shard_
 def import_wild_park(src: Path, out: Path, limit: Optional[int], options: dict, shard_size: int, progress: bool,
                      distributed: Optional[Worker] = None, merge: bool = False) -> dict:
     """The CNN Wild Park's split file order, each checkpoint read and checked as its shard is
-    assembled (:func:`~neuralgraph.data.formats.cnn_wild_park.shard_tensors`)."""
+    assembled (:func:`~neuralgraph.data.formats.cnn_wild_park.shard_tensors`).
+
+    Args:
+        src: the source folder.
+        out: the dataset folder to write, of mixed layouts.
+        limit: keep the first ``limit`` entries of each split, or None for all.
+        options: the format's own options for its ``scan``.
+        shard_size: entries per safetensors shard.
+        progress: show a progress bar.
+        distributed: this process's share when it is one worker of many, or None.
+        merge: merge the workers' records into the manifest instead of writing shards.
+
+    Returns:
+        The folder's manifest.
+    """
     splits = {split: entries[:limit] for split, entries in cnn_wild_park.scan(src, **options).items()}
     settings = {"shard_size": shard_size, "mixed_layouts": True, "edge_features": cnn_wild_park.EDGE_FEATURES,
                 "choices": {"activation": list(cnn_wild_park.ACTIVATIONS)},
@@ -220,12 +294,34 @@ def import_wild_park(src: Path, out: Path, limit: Optional[int], options: dict, 
 def import_dataset(fmt: str, src, out, limit: Optional[int] = None, splits_file=None, images: Optional[str] = None,
                    shard_size: int = 1000, progress: bool = True, distributed: Optional[Worker] = None,
                    merge: bool = False, **options) -> dict:
-    """Import ``src`` (a folder of format ``fmt``, :data:`~neuralgraph.data.formats.FORMATS`) into ``out``;
-    return the manifest. ``limit``: the first ``limit`` entries of each split. ``options``: the
-    format's own (``prefix``, ``augmented``, ``split_points``; ``steps``, ``activations``, ``order_header``;
-    ``cnn-wild-park`` has none: its split file is ``splits_file``, by default ``cnn_park_splits.json`` in ``src``).
-    ``distributed`` and ``merge``: one worker of many, or their merge
-    (:class:`~neuralgraph.data.shards.FolderWriter`)."""
+    """Import ``src`` (a folder of format ``fmt``, :data:`~neuralgraph.data.formats.FORMATS`) into ``out``.
+
+    A first run that fails removes what it wrote, so that a retry with other options starts afresh;
+    a killed run leaves its shards for the same command to resume.
+
+    Args:
+        fmt: the source's format, a key of :data:`~neuralgraph.data.formats.FORMATS`.
+        src: the source folder, as its authors released it.
+        out: the dataset folder to write.
+        limit: keep the first ``limit`` entries of each split, or None for all.
+        splits_file: the format's split file, or None for its default (``cnn_park_splits.json`` in
+            ``src`` for ``cnn-wild-park``).
+        images: INR formats: the MNIST digits to attach (:func:`image_source`), or None to choose.
+        shard_size: entries per safetensors shard.
+        progress: show a progress bar.
+        distributed: this process's share when it is one worker of many, or None
+            (:class:`~neuralgraph.data.shards.FolderWriter`).
+        merge: merge the workers' records into the manifest instead of writing shards.
+        **options: the format's own (``prefix``, ``augmented``, ``split_points``; ``steps``,
+            ``activations``, ``order_header``; ``cnn-wild-park`` has none).
+
+    Returns:
+        The folder's manifest.
+
+    Raises:
+        ValueError: an unknown format, a ``limit`` below 1, or ``out`` is a file.
+        ~neuralgraph.data.formats.source.SourceError: ``src`` is not a folder, or a source file is bad.
+    """
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {sorted(FORMATS)}")
     if limit is not None and limit < 1:

@@ -13,7 +13,7 @@ from neuralgraph.data.generate import INR_FOLDER
 from neuralgraph.data.shards import MANIFEST, DatasetError, check_settings, read_manifest, read_shard
 from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutations
 from neuralgraph.inr import SirenConvention
-from neuralgraph.nn.context import WeightBlocks
+from neuralgraph.nn.context import GraphFacts, WeightBlocks, graph_facts
 
 
 class InrBatch(NamedTuple):
@@ -23,7 +23,17 @@ class InrBatch(NamedTuple):
     ``image``, the ``label``, a statistic of the weights), in one place, the task's loss.
     ``blocks`` holds the weights the graph was built from (:meth:`InrDataset.batch`), so the
     metanet, its heads and the targets read them without decoding the graph; a batch built
-    by hand may leave it out (``None``), and they then decode the graph.
+    by hand may leave it out (``None``), and they then decode the graph. ``facts`` are what the
+    graph's index fields hold (:class:`~neuralgraph.nn.context.GraphFacts`), read on the CPU where
+    the batch is built, so that a step on the accelerator reads nothing back; ``None``: read then.
+
+    Attributes:
+        graph: parameter graphs of the ``B`` INRs, of one layout.
+        image: ``[B, H, W]`` the digit each INR encodes, values in ``[0, 1]``; ``None`` for a set without images.
+        label: ``[B]`` digit class.
+        index: ``[B]`` position of each INR in its split.
+        blocks: the INRs' weights and biases, layer by layer.
+        facts: sizes and index ranges of the graph, read on the CPU.
     """
 
     graph: Batch  # parameter graphs of the B INRs, one layout
@@ -31,6 +41,7 @@ class InrBatch(NamedTuple):
     label: Tensor  # [B] digit class
     index: Tensor  # [B] position of each INR in its split
     blocks: Optional[WeightBlocks] = None  # the INRs' weights and biases, layer by layer
+    facts: Optional[GraphFacts] = None  # sizes and index ranges of the graph, read on the CPU
 
     @property
     def size(self) -> int:
@@ -49,6 +60,11 @@ class InrDataset(Dataset):
     Every shard's sha256 is checked against the manifest, and a non-finite weight or bias
     (a diverged fit) is refused with the shard file and the INR's index; with ``convention``
     given, a dataset of another convention is refused.
+
+    Args:
+        root: the dataset folder.
+        split: the split to load.
+        convention: the convention the dataset must have, or ``None`` to take its own.
     """
 
     def __init__(self, root: str | Path, split: str = "train", convention: Optional[SirenConvention] = None):
@@ -146,5 +162,5 @@ class InrDataset(Dataset):
             weights, biases = permute_mlp(weights, biases,
                                           random_hidden_permutations(self.convention.layout, len(index)))
         images = None if self.images is None else self.images[index]
-        return InrBatch(mlp_to_graph(weights, biases), images, self.labels[index], index,
-                        WeightBlocks.of_mlps(weights, biases))
+        graph, blocks = mlp_to_graph(weights, biases), WeightBlocks.of_mlps(weights, biases)
+        return InrBatch(graph, images, self.labels[index], index, blocks, graph_facts(graph, blocks.layout))

@@ -50,7 +50,13 @@ class MnistFileError(ValueError):
 @dataclass(frozen=True)
 class Digits:
     """``images`` ``[N, 28, 28]`` uint8, ``labels`` ``[N]`` int64, and the position of each
-    digit in its original MNIST split (``indices`` ``[N]``)."""
+    digit in its original MNIST split (``indices`` ``[N]``).
+
+    Attributes:
+        images: ``[N, 28, 28]`` uint8.
+        labels: ``[N]`` int64.
+        indices: ``[N]`` the positions in the MNIST split.
+    """
 
     images: np.ndarray
     labels: np.ndarray
@@ -61,7 +67,15 @@ class Digits:
 
 
 def parse_idx(data: bytes, name: str = "<bytes>") -> np.ndarray:
-    """Decode an uncompressed IDX file: magic ``0x0000 TT NN``, ``NN`` big-endian int32 sizes."""
+    """Decode an uncompressed IDX file: magic ``0x0000 TT NN``, ``NN`` big-endian int32 sizes.
+
+    Args:
+        data: the file's bytes.
+        name: the file's name, for errors.
+
+    Returns:
+        The array, in native byte order.
+    """
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_DTYPES:
         raise MnistFileError(f"{name}: bad IDX magic number {data[:4].hex()!r}")
     ndim = data[3]
@@ -77,7 +91,16 @@ def parse_idx(data: bytes, name: str = "<bytes>") -> np.ndarray:
 
 
 def decode_idx(raw: bytes, name: str, md5: Optional[str] = None) -> np.ndarray:
-    """Decode IDX bytes, gunzipping them if they are gzip data; check the md5 of the IDX bytes."""
+    """Decode IDX bytes, gunzipping them if they are gzip data; check the md5 of the IDX bytes.
+
+    Args:
+        raw: the file's bytes, gzipped or not.
+        name: the file's name, for errors.
+        md5: the expected md5 of the uncompressed bytes, or ``None``.
+
+    Returns:
+        The array.
+    """
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
@@ -91,7 +114,15 @@ def decode_idx(raw: bytes, name: str, md5: Optional[str] = None) -> np.ndarray:
 
 
 def read_idx(path: PathLike, md5: Optional[str] = None) -> np.ndarray:
-    """Read an IDX file, gzipped or not, checking the md5 of its uncompressed bytes."""
+    """Read an IDX file, gzipped or not, checking the md5 of its uncompressed bytes.
+
+    Args:
+        path: the file.
+        md5: the expected md5, or ``None``.
+
+    Returns:
+        The array.
+    """
     return decode_idx(Path(path).read_bytes(), str(path), md5)
 
 
@@ -124,7 +155,15 @@ def _download(stem: str, folder: Path) -> Path:
 
 def locate(root: Optional[PathLike] = None, download: bool = True) -> Path:
     """The folder holding the four MNIST files: ``root``, ``$NEURALGRAPH_MNIST``, the user
-    cache, else (when ``download``) the cache after downloading the missing files into it."""
+    cache, else (when ``download``) the cache after downloading the missing files into it.
+
+    Args:
+        root: a folder to use, or ``None`` to search.
+        download: download into the cache when no folder has the files.
+
+    Returns:
+        The folder.
+    """
     if root is not None:
         candidates = [("root", Path(root))]
     else:
@@ -145,7 +184,16 @@ def locate(root: Optional[PathLike] = None, download: bool = True) -> Path:
 
 
 def load_mnist(split: str, root: Optional[PathLike] = None, download: bool = True) -> Digits:
-    """All digits of the ``"train"`` (60,000) or ``"test"`` (10,000) split, md5-checked."""
+    """All digits of the ``"train"`` (60,000) or ``"test"`` (10,000) split, md5-checked.
+
+    Args:
+        split: ``"train"`` or ``"test"``.
+        root: the MNIST folder, or ``None`` (:func:`locate`).
+        download: download when not found.
+
+    Returns:
+        The :class:`Digits`.
+    """
     if split not in MNIST_SPLITS:
         raise ValueError(f"MNIST split {split!r}: expected one of {MNIST_SPLITS}")
     folder = locate(root, download)
@@ -157,7 +205,15 @@ def load_mnist(split: str, root: Optional[PathLike] = None, download: bool = Tru
 
 
 def load_subset(split: str, path: PathLike = SUBSET_PATH) -> Digits:
-    """The digits of ``split`` in the embedded subset (``indices`` are their MNIST positions)."""
+    """The digits of ``split`` in the embedded subset (``indices`` are their MNIST positions).
+
+    Args:
+        split: ``"train"`` or ``"test"``.
+        path: the subset file.
+
+    Returns:
+        The :class:`Digits`.
+    """
     if split not in MNIST_SPLITS:
         raise ValueError(f"MNIST split {split!r}: expected one of {MNIST_SPLITS}")
     with np.load(path) as data:
@@ -166,7 +222,18 @@ def load_subset(split: str, path: PathLike = SUBSET_PATH) -> Digits:
 
 
 def load_digits(split: str, source: str = "full", root: Optional[PathLike] = None) -> Digits:
-    """``source="full"``: :func:`load_mnist`; ``"embedded"``: :func:`load_subset`."""
+    """The digits of an MNIST split, from the full set or the embedded subset.
+
+    ``source="full"``: :func:`load_mnist`; ``"embedded"``: :func:`load_subset`.
+
+    Args:
+        split: ``"train"`` or ``"test"``.
+        source: ``"full"`` or ``"embedded"``.
+        root: the MNIST folder, for ``"full"``.
+
+    Returns:
+        The :class:`Digits`.
+    """
     if source == "full":
         return load_mnist(split, root)
     if source == "embedded":
@@ -181,7 +248,17 @@ SUBSET_SEED = 0
 def build_subset(out: PathLike = SUBSET_PATH, root: Optional[PathLike] = None,
                  sizes: dict[str, int] = SUBSET_SIZES, seed: int = SUBSET_SEED) -> Path:
     """Write the embedded subset: per split, ``sizes[split]`` digits drawn uniformly without
-    replacement by ``numpy.random.default_rng(seed)``, kept in MNIST order."""
+    replacement by ``numpy.random.default_rng(seed)``, kept in MNIST order.
+
+    Args:
+        out: the file written.
+        root: the MNIST folder, or ``None``.
+        sizes: digits per split.
+        seed: the seed of the draw.
+
+    Returns:
+        The path written.
+    """
     rng = np.random.default_rng(seed)
     arrays = {}
     for split in MNIST_SPLITS:

@@ -35,7 +35,12 @@ class DatasetError(ValueError):
 
 
 class FolderFormat(NamedTuple):
-    """A kind of dataset folder: the ``format`` its manifest records and the command that writes it."""
+    """A kind of dataset folder: the ``format`` its manifest records and the command that writes it.
+
+    Attributes:
+        name: the manifest's ``format``.
+        command: the ``neuralgraph`` subcommand that writes such a folder, named by errors.
+    """
 
     name: str
     command: str
@@ -43,7 +48,12 @@ class FolderFormat(NamedTuple):
 
 class Worker(NamedTuple):
     """Worker ``index`` (from 0) of ``count`` sharing a folder: it writes the planned shards ``k``
-    with ``k % count == index`` (round robin, so every worker gets about as many INRs or networks)."""
+    with ``k % count == index`` (round robin, so every worker gets about as many INRs or networks).
+
+    Attributes:
+        index: this worker's index, ``0 .. count - 1``.
+        count: the number of workers sharing the folder.
+    """
 
     index: int
     count: int
@@ -58,12 +68,27 @@ WORKER_RECORD = re.compile(r"worker-(\d+)-of-(\d+)\.json")
 
 
 def worker_records(out: Path) -> list[Path]:
-    """The worker record files in ``out`` (none if ``out`` is not a folder)."""
+    """The worker record files in ``out`` (none if ``out`` is not a folder).
+
+    Args:
+        out: a dataset folder.
+
+    Returns:
+        The paths of its ``worker-{i}-of-{N}.json`` files, sorted.
+    """
     return sorted(p for p in out.iterdir() if WORKER_RECORD.fullmatch(p.name)) if out.is_dir() else []
 
 
 def refuse_unmerged(out: Path, folder: FolderFormat) -> None:
-    """One line naming the merge when ``out`` holds worker records not yet merged into its manifest."""
+    """One line naming the merge when ``out`` holds worker records not yet merged into its manifest.
+
+    Args:
+        out: a dataset folder.
+        folder: its kind, whose command the error names.
+
+    Raises:
+        DatasetError: ``out`` holds worker records.
+    """
     records = worker_records(out)
     if records:
         names = ", ".join(p.name for p in records[:3]) + ", ..." * (len(records) > 3)
@@ -73,17 +98,45 @@ def refuse_unmerged(out: Path, folder: FolderFormat) -> None:
 
 
 def shard_name(group: str, k: int) -> str:
-    """File name of shard ``k`` of ``group`` (a split, or ``zoo``): ``<group>-00000.safetensors``."""
+    """File name of shard ``k`` of ``group`` (a split, or ``zoo``): ``<group>-00000.safetensors``.
+
+    Args:
+        group: a split, or ``zoo``.
+        k: the shard's index in its group, from 0.
+
+    Returns:
+        The file name, the index in five digits.
+    """
     return f"{group}-{k:05d}.safetensors"
 
 
 def sha256_file(path: Path) -> str:
+    """The sha256 of a file, as the manifest records it.
+
+    Args:
+        path: the file.
+
+    Returns:
+        Its sha256, in hexadecimal.
+    """
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def read_manifest(root: PathLike, folder: FolderFormat) -> dict:
     """The manifest of a dataset folder of kind ``folder``; a clear error when it is missing,
-    unreadable, of another format, or when worker records await their merge."""
+    unreadable, of another format, or when worker records await their merge.
+
+    Args:
+        root: the dataset folder.
+        folder: the kind of folder expected.
+
+    Returns:
+        The manifest.
+
+    Raises:
+        DatasetError: the manifest is missing, unreadable or of another format, or worker records
+            await their merge.
+    """
     refuse_unmerged(Path(root), folder)
     return _load_manifest(Path(root), folder)
 
@@ -102,7 +155,17 @@ def _load_manifest(root: Path, folder: FolderFormat) -> dict:
 
 
 def check_settings(manifest: dict, expected: dict, path: Path, source: str = "the manifest") -> None:
-    """Error naming the first field of ``expected`` whose value in ``manifest`` (read from ``source``) differs."""
+    """Error naming the first field of ``expected`` whose value in ``manifest`` (read from ``source``) differs.
+
+    Args:
+        manifest: the recorded settings (nested dictionaries are compared field by field).
+        expected: the settings of this run.
+        path: the file ``manifest`` was read from, named by the error.
+        source: what ``manifest`` is, in the error.
+
+    Raises:
+        DatasetError: a field differs.
+    """
     for key, value in expected.items():
         found = manifest.get(key)
         if isinstance(value, dict) and isinstance(found, dict):
@@ -112,11 +175,24 @@ def check_settings(manifest: dict, expected: dict, path: Path, source: str = "th
 
 
 def temporary(path: Path) -> Path:
+    """Where ``path`` is written before its rename, so that a kill never leaves it half-written.
+
+    Args:
+        path: the file to write.
+
+    Returns:
+        ``<path>.tmp``.
+    """
     return path.with_name(path.name + ".tmp")
 
 
 def write_durable(path: Path, data: bytes) -> None:
-    """``data`` into ``path``, flushed to disk (mode from the umask, as any file the user writes)."""
+    """``data`` into ``path``, flushed to disk (mode from the umask, as any file the user writes).
+
+    Args:
+        path: the file to write (replaced).
+        data: its bytes.
+    """
     with open(path, "wb") as f:
         f.write(data)
         f.flush()
@@ -124,17 +200,35 @@ def write_durable(path: Path, data: bytes) -> None:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """``data`` as JSON into ``path``, by ``<path>.tmp`` then rename (a kill leaves the old file whole)."""
+    """``data`` as JSON into ``path``, by ``<path>.tmp`` then rename (a kill leaves the old file whole).
+
+    Args:
+        path: the file to write.
+        data: the JSON object, written indented with sorted keys.
+    """
     write_durable(temporary(path), (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
     os.replace(temporary(path), path)
 
 
 def write_manifest(root: Path, manifest: dict) -> None:
+    """Saves the manifest of a dataset folder (:func:`write_json`).
+
+    Args:
+        root: the dataset folder.
+        manifest: its manifest.
+    """
     write_json(root / MANIFEST, manifest)
 
 
 def refuse_unowned_files(out: Path) -> None:
-    """A folder without a manifest must be empty (but for a manifest a kill left half-written)."""
+    """A folder without a manifest must be empty (but for a manifest a kill left half-written).
+
+    Args:
+        out: a dataset folder without a manifest.
+
+    Raises:
+        DatasetError: ``out`` holds other files.
+    """
     found = sorted(p.name for p in out.iterdir() if p.name != temporary(out / MANIFEST).name)
     if found:
         raise DatasetError(f"{out}: holds {len(found)} files ({', '.join(found[:3])}{', ...' * (len(found) > 3)}) "
@@ -144,7 +238,21 @@ def refuse_unowned_files(out: Path) -> None:
 def open_folder(out: Path, folder: FolderFormat, settings: dict, **empty) -> dict:
     """The manifest to write ``out`` with (created if need be): its own, checked against
     ``settings``, else, for an empty folder, a new one holding ``settings`` and the ``empty``
-    fields. Nothing is written yet."""
+    fields. Nothing is written yet.
+
+    Args:
+        out: the dataset folder (created if need be).
+        folder: its kind.
+        settings: the settings of this run, which an existing manifest must hold.
+        **empty: the fields of a new manifest besides its format and settings (``splits={}``).
+
+    Returns:
+        The existing manifest, or a new one.
+
+    Raises:
+        DatasetError: the manifest's settings differ, worker records await their merge, or a folder
+            without a manifest holds files.
+    """
     out.mkdir(parents=True, exist_ok=True)
     path = out / MANIFEST
     refuse_unmerged(out, folder)
@@ -168,7 +276,19 @@ def _verify_recorded_shard(path: Path, record: dict, source: str = "the manifest
 
 def shard_to_write(path: Path, recorded: dict, manifest_path: Path) -> bool:
     """Whether the planned shard ``path`` is still to be written: one the manifest lists
-    (``recorded``: file name -> record) is verified instead, an unlisted existing file refused."""
+    (``recorded``: file name -> record) is verified instead, an unlisted existing file refused.
+
+    Args:
+        path: the planned shard.
+        recorded: the recorded shards, file name -> record.
+        manifest_path: the manifest (or worker record) that lists them, named by errors.
+
+    Returns:
+        True when the shard is to be written, False when it is recorded and verified.
+
+    Raises:
+        DatasetError: a recorded shard is missing or corrupt, or an unlisted file is in the way.
+    """
     if path.name in recorded:
         _verify_recorded_shard(path, recorded[path.name])
         return False
@@ -180,7 +300,16 @@ def shard_to_write(path: Path, recorded: dict, manifest_path: Path) -> bool:
 
 def commit_shard(out: Path, manifest: dict, records: list, path: Path, data: bytes, **fields) -> None:
     """Write ``data`` to ``<path>.tmp``, append its record (``fields`` and sha256) to ``records``
-    of ``manifest``, save the manifest, then rename: a kill at any moment is resumable."""
+    of ``manifest``, save the manifest, then rename: a kill at any moment is resumable.
+
+    Args:
+        out: the dataset folder.
+        manifest: its manifest, saved once the record is appended.
+        records: the manifest's list the shard's record is appended to.
+        path: the shard.
+        data: its bytes.
+        **fields: what the record holds besides the file name and sha256.
+    """
     write_durable(temporary(path), data)
     records.append({"file": path.name, **fields, "sha256": hashlib.sha256(data).hexdigest()})
     write_manifest(out, manifest)
@@ -188,7 +317,19 @@ def commit_shard(out: Path, manifest: dict, records: list, path: Path, data: byt
 
 
 def read_shard(path: Path, record: dict, command: str) -> dict:
-    """The tensors of a shard the manifest lists, its sha256 checked; errors name the file."""
+    """The tensors of a shard the manifest lists, its sha256 checked; errors name the file.
+
+    Args:
+        path: the shard.
+        record: its record in the manifest.
+        command: the command that writes the folder, named when an interrupted run left the shard missing.
+
+    Returns:
+        The shard's tensors, by name.
+
+    Raises:
+        DatasetError: the shard is missing, corrupt or unreadable.
+    """
     if not path.exists():
         hint = f" (an interrupted {command}: rerun it to finish)" if temporary(path).exists() else ""
         raise DatasetError(f"{path}: shard listed in the manifest is missing{hint}")
@@ -215,6 +356,17 @@ class FolderWriter:
 
     Use: :meth:`plan` every shard, in the same order in every role; :meth:`start`; then
     :meth:`commit` each shard :meth:`plan` said to write.
+
+    Args:
+        out: the dataset folder.
+        folder: its kind.
+        settings: the settings of this run, which the manifest and every worker record must hold.
+        distributed: this process's share when it is one worker of many, or None.
+        merge: merge the workers' records instead of writing shards.
+        **empty: the fields of a new manifest besides its format and settings (``splits={}``).
+
+    Raises:
+        ValueError: both ``distributed`` and ``merge``, or a worker index out of range.
     """
 
     def __init__(self, out: Path, folder: FolderFormat, settings: dict, distributed: Optional[Worker] = None,

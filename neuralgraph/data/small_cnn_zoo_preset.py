@@ -10,10 +10,10 @@ is dropped); the L2 penalty ``l2reg * sum(kernel**2)`` on every kernel added to 
 ``kernel_regularizer``), and so to the reported losses. Per network, from its own seed
 (:func:`sample_hyperparameters`): activation, weight initialisation and its std, optimizer,
 learning rate, L2, dropout and training fraction (its training subset from a stream of its own
-seed apart from its initialisation's). Networks train in shards, batched (:func:`zoo_forward`:
-channels-last maps, one batched matrix product per layer; one ``torch.optim`` parameter group per
-network), each network on its own mini-batches, so that a network of fraction 0.1 takes a tenth
-of the steps, as it did alone. Where this differs from the TensorFlow script (a fixed training
+seed apart from its initialisation's). Networks train in shards, through the trainer every zoo
+shares (:mod:`~neuralgraph.data.zoo_trainer`, :func:`train_networks`): each network on its own
+mini-batches, with its own dropout masks and optimizer state, as it would alone (a network of
+fraction 0.1 takes a tenth of the steps). Where this differs from the TensorFlow script (a fixed training
 subset, complete shuffles, training metrics over the whole subset): docs/cnn_zoo.md. A network whose loss
 or weights become non-finite stops; its later checkpoints are not written (the released zoo
 likewise lacks the rows of runs that crashed), and the manifest counts them.
@@ -37,7 +37,6 @@ import gzip
 import io
 import math
 from dataclasses import asdict, dataclass
-from itertools import groupby
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -49,6 +48,8 @@ from tqdm import tqdm
 
 from neuralgraph.data.cnn_zoo import network_seed
 from neuralgraph.data.mnist import PathLike, load_digits
+from neuralgraph.data.zoo_trainer import Adam, Checkpoint, ConvStack, MiniBatches, RMSprop, SGD, fit, order_networks
+from neuralgraph.progress import Progress
 from neuralgraph.data.shards import (
     MANIFEST,
     FolderFormat,
@@ -62,10 +63,15 @@ from neuralgraph.data.shards import (
 
 PRESET = "small-cnn-zoo"
 FOLDER = FolderFormat("neuralgraph-small-cnn-zoo/1", f"make-cnn-zoo --preset {PRESET}")
+#: The activations the preset draws from.
 ACTIVATIONS = ("relu", "tanh")
+#: The Keras initialisers it draws from.
 W_INITS = ("glorot_normal", "glorot_uniform", "he_normal", "orthogonal", "RandomNormal", "TruncatedNormal")
+#: The optimizers it draws from.
 OPTIMIZERS = ("adam", "rmsprop", "sgd")
+#: The fractions of the training images a network trains on.
 TRAIN_FRACTIONS = (0.1, 0.25, 0.5, 1.0)
+#: The ranges of the continuous hyperparameters (log-uniform, but dropout uniform).
 RANGES = {"init_std": (1e-3, 0.5), "learning_rate": (5e-4, 5e-2), "l2reg": (1e-8, 1e-2), "dropout": (0.0, 0.7)}
 CHANNELS, CLASSES, KERNEL, STRIDE = 16, 10, 3, 2
 CONVS = ("conv1", "conv2", "conv3")
@@ -84,6 +90,16 @@ class PresetSettings:
 
     Defaults: the released zoo's protocol (all 60,000 MNIST training images, 86 epochs,
     checkpoints at epochs 0, 1, 2, 3, 20, 40, 60, 80, 86, batches of 512, the 10,000 test images).
+
+    Attributes:
+        networks: networks in the zoo.
+        checkpoint_epochs: the epochs whose weights and metrics are kept (0: at initialisation).
+        train_size: MNIST training images used.
+        test_size: MNIST test images used.
+        batch_size: mini-batch size.
+        shard_size: networks per part file.
+        seed: the zoo's seed.
+        source: the MNIST images, ``"full"`` or ``"embedded"``.
     """
 
     networks: int = 2000
@@ -117,6 +133,12 @@ def sample_hyperparameters(seed: int) -> dict:
     Uniform over :data:`ACTIVATIONS`, :data:`W_INITS`, :data:`OPTIMIZERS` and
     :data:`TRAIN_FRACTIONS`; log-uniform over :data:`RANGES` but dropout, uniform.
     ``init_std`` is drawn for every network and used by ``RandomNormal`` and ``TruncatedNormal``.
+
+    Args:
+        seed: the network's seed.
+
+    Returns:
+        The hyperparameters by name.
     """
     rng = np.random.default_rng(seed)
 
@@ -133,7 +155,15 @@ def sample_hyperparameters(seed: int) -> dict:
 
 def initial_parameters(hyper: dict, seed: int) -> dict[str, Tensor]:
     """One network's parameters (PyTorch layouts) initialised as Keras' ``w_init`` does, with
-    Keras' fans (kernel taps x channels); biases zero."""
+    Keras' fans (kernel taps x channels); biases zero.
+
+    Args:
+        hyper: the network's hyperparameters.
+        seed: the network's seed.
+
+    Returns:
+        ``state_dict``-style tensors.
+    """
     generator = torch.Generator().manual_seed(seed)
     params = {}
     for name, shape in SHAPES.items():
@@ -155,83 +185,52 @@ def initial_parameters(hyper: dict, seed: int) -> dict[str, Tensor]:
     return params
 
 
-def zoo_forward(params: Sequence[dict[str, Tensor]], activations: Sequence[str], images: Tensor,
-                dropout: Optional[Tensor] = None, generator: Optional[torch.Generator] = None) -> Tensor:
-    """Logits ``[n, B, 10]`` of ``n`` networks on ``images`` ``[n or 1, B, 1, H, W]`` (each
-    network its own images, or one set for all).
+#: Keras' epsilon (its Adam's and RMSprop's), not PyTorch's 1e-8.
+KERAS_EPSILON = 1e-7
+#: Each optimizer of :data:`OPTIMIZERS` with Keras' defaults (RMSprop's rho 0.9, SGD without momentum).
+RULES = {"adam": Adam(eps=KERAS_EPSILON), "rmsprop": RMSprop(alpha=0.9, eps=KERAS_EPSILON), "sgd": SGD()}
 
-    Feature maps are kept channels-last (``[n, B, h, w, C]``): a convolution is the 3x3 stride-2
-    patches as a strided view (``Tensor.unfold``), one reshape, and one batched matrix product over
-    the networks, whose output is already the next layer's input. On one set of images the first
-    convolution is a single matrix product for all networks. ``activations``: each network's, in
-    runs (one call per run). ``dropout`` ``[n]`` (training): each network's rate after every
-    convolution (after its activation, as Keras' ``Dropout`` layer there), the masks drawn from
-    ``generator``.
+
+def training_subset(seed: int, network: int, fraction: float, images: int) -> Tensor:
+    """The training images a network trains on: the first ``int(fraction * images)`` of a
+    permutation from its stream 2 (apart from its initialisation's).
+
+    Args:
+        seed: the zoo's seed.
+        network: the network's id.
+        fraction: its ``train_fraction``.
+        images: training images available.
+
+    Returns:
+        ``[m]`` image indices.
     """
-    n = len(params)
-    runs = [len(list(group)) for _, group in groupby(activations)]
-    names = [name for name, _ in groupby(activations)]
-    x = images.movedim(2, -1)  # [m, B, H, W, C]
-    for name in CONVS:
-        weight = torch.stack([p[f"{name}.weight"] for p in params])  # [n, C_out, C_in, 3, 3]
-        weight = weight.permute(0, 2, 3, 4, 1).flatten(1, 3)  # [n, C_in*9, C_out], rows ordered as the patches
-        bias = torch.stack([p[f"{name}.bias"] for p in params])
-        m, B, C = x.shape[0], x.shape[1], x.shape[-1]
-        patches = x.unfold(2, KERNEL, STRIDE).unfold(3, KERNEL, STRIDE)  # [m, B, h, w, C, 3, 3] (a view)
-        h, w = patches.shape[2], patches.shape[3]
-        cols = patches.reshape(m, B * h * w, C * KERNEL * KERNEL)
-        if m == 1 and n > 1:  # one set of images: one product for every network
-            y = torch.mm(cols[0], weight.permute(1, 0, 2).flatten(1))  # [Bhw, n*C_out]
-            y = y.view(B * h * w, n, -1).transpose(0, 1) + bias.unsqueeze(1)  # [n, Bhw, C_out]
-        else:
-            y = torch.baddbmm(bias.unsqueeze(1), cols.expand(n, -1, -1), weight)
-        y = torch.cat([getattr(torch, a)(part) for a, part in zip(names, y.split(runs))])
-        if dropout is not None:
-            keep = (1 - dropout).view(n, 1, 1)
-            y = y * ((torch.rand(y.shape, generator=generator) < keep) / keep)
-        x = y.view(n, B, h, w, -1)
-    weight = torch.stack([p["linear.weight"] for p in params])
-    bias = torch.stack([p["linear.bias"] for p in params])
-    return torch.baddbmm(bias.unsqueeze(1), x.mean(dim=(2, 3)), weight.transpose(1, 2))
+    generator = torch.Generator().manual_seed(network_seed(seed, network, 2))
+    return torch.randperm(images, generator=generator)[:int(fraction * images)]
 
 
-def l2_penalty(params: Sequence[dict[str, Tensor]], l2: Tensor) -> Tensor:
-    """Each network's ``l2 * sum of its squared kernel entries`` ``[n]`` (biases are not penalised)."""
-    squares = sum(torch.stack([p[f"{name}.weight"] for p in params]).flatten(1).square().sum(1) for name in SHAPES)
-    return l2 * squares
+def kernel_penalty(state: dict[str, Tensor], l2: Tensor) -> Tensor:
+    """Each network's ``l2 * sum of its squared kernel entries`` (biases are not penalised), in float64.
 
+    Args:
+        state: the networks' parameters, PyTorch layouts ``[n, ...]``.
+        l2: ``[n]`` each network's L2 factor.
 
-def _optimizers(params: list[dict[str, Tensor]], hypers: list[dict]) -> list[torch.optim.Optimizer]:
-    """One optimizer per kind with Keras' defaults, one parameter group per network (its lr)."""
-    groups = {kind: [{"params": list(p.values()), "lr": h["learning_rate"]} for p, h in zip(params, hypers)
-                     if h["optimizer"] == kind] for kind in OPTIMIZERS}
-    make = {"adam": lambda g: torch.optim.Adam(g, eps=1e-7, foreach=True),
-            "rmsprop": lambda g: torch.optim.RMSprop(g, alpha=0.9, eps=1e-7, foreach=True),
-            "sgd": lambda g: torch.optim.SGD(g, foreach=True)}
-    return [make[kind](g) for kind, g in groups.items() if g]
-
-
-@torch.no_grad()
-def _evaluate(params, activations, l2: Tensor, images: Tensor, labels: Tensor, mask: Tensor,
-              chunk: int = 250) -> tuple[Tensor, Tensor]:
-    """Per-network accuracy and loss (mean cross-entropy + L2 term, as Keras' ``evaluate``) on the
-    images ``mask`` ``[n, N]`` selects."""
-    n = len(params)
-    correct, loss = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
-    for start in range(0, len(images), chunk):
-        logits = zoo_forward(params, activations, images[None, start:start + chunk])
-        target = labels[start:start + chunk].expand(n, -1)
-        m = mask[:, start:start + chunk]
-        ce = nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none")
-        correct += ((logits.argmax(-1) == target) * m).sum(1).double()
-        loss += (ce * m).sum(1).double()
-    count = mask.sum(1).double()
-    return correct / count, loss / count + l2_penalty(params, l2).double()
+    Returns:
+        ``[n]``.
+    """
+    return l2.double() * sum(state[f"{name}.weight"].double().flatten(1).square().sum(1) for name in SHAPES)
 
 
 def tf_row(params: dict[str, Tensor]) -> Tensor:
     """One network's 4,970 parameters in the zoo's column order: per layer its bias, then its
-    kernel in TensorFlow layout."""
+    kernel in TensorFlow layout.
+
+    Args:
+        params: the network's parameters (PyTorch layouts).
+
+    Returns:
+        ``[4970]``.
+    """
     parts = []
     for name in SHAPES:
         weight = params[f"{name}.weight"]
@@ -240,74 +239,123 @@ def tf_row(params: dict[str, Tensor]) -> Tensor:
     return torch.cat(parts)
 
 
-def train_shard(first: int, count: int, settings: PresetSettings, train: tuple[Tensor, Tensor],
-                test: tuple[Tensor, Tensor], bar: Optional[tqdm] = None) -> dict[str, Tensor]:
-    """Train networks ``first .. first + count - 1``; the tensors of their part file."""
-    seeds = [network_seed(settings.seed, first + i) for i in range(count)]
-    order = sorted(range(count), key=lambda i: ACTIVATIONS.index(sample_hyperparameters(seeds[i])["activation"]))
-    seeds = [seeds[i] for i in order]  # a shard orders its networks by activation: one call per kind
+def stack_networks(networks: Sequence[int], settings: PresetSettings, images: int,
+                   device: Optional[torch.device | str] = None,
+                   dtype: torch.dtype = torch.float32) -> tuple[ConvStack, MiniBatches, list[int]]:
+    """The networks of ids ``networks`` ready to train: their stack, with its optimizer, and their
+    mini-batches (:mod:`~neuralgraph.data.zoo_trainer`).
+
+    Each network draws mini-batches without replacement from its own subset
+    (:func:`training_subset`; an incomplete last batch is dropped), in an order from its stream 1,
+    with dropout masks from its stream 3, under its own optimizer (:data:`RULES`; the L2 penalty's
+    gradient ``2 * l2reg * kernel`` added to its kernels' gradients). Every random draw is made on
+    the CPU whatever the device.
+
+    Args:
+        networks: the networks' ids.
+        settings: the zoo's settings.
+        images: training images available.
+        device: where the networks train (default: the CPU).
+        dtype: their parameters' dtype (float32 in a zoo; float64 to measure rounding).
+
+    Returns:
+        The stack, the mini-batches (both in the stack's order of networks) and that order (each
+        stack row's position in ``networks``).
+    """
+    device = torch.device("cpu") if device is None else torch.device(device)
+    ids = list(networks)
+    seeds = [network_seed(settings.seed, i) for i in ids]
     hypers = [sample_hyperparameters(s) for s in seeds]
-    params = [{k: v.requires_grad_() for k, v in initial_parameters(h, s).items()} for h, s in zip(hypers, seeds)]
-    activations = [h["activation"] for h in hypers]
-    dropout = torch.tensor([h["dropout"] for h in hypers])
-    l2 = torch.tensor([h["l2reg"] for h in hypers])
-    images, labels = train
-    N, B = len(images), settings.batch_size
-    # each network's training subset from a stream of its own (stream 2), apart from its initialisation's
-    subsets = [torch.randperm(N, generator=torch.Generator().manual_seed(network_seed(settings.seed, first + i, 2)))
-               [:int(h["train_fraction"] * N)] for i, h in zip(order, hypers)]
-    train_mask = torch.zeros(count, N)
-    for i, subset in enumerate(subsets):
-        train_mask[i, subset] = 1
-    steps = torch.tensor([len(s) // B for s in subsets])
-    optimizers = _optimizers(params, hypers)
-    generator = torch.Generator().manual_seed(network_seed(settings.seed, first, stream=1))
-    alive = torch.ones(count, dtype=torch.bool)
+    subsets = [training_subset(settings.seed, i, h["train_fraction"], images) for i, h in zip(ids, hypers)]
+    rules = [RULES[h["optimizer"]] for h in hypers]
+    order = order_networks([h["activation"] for h in hypers], rules, [len(s) // settings.batch_size for s in subsets])
+    ordered = [hypers[k] for k in order]
+    activations = [h["activation"] for h in ordered]
+    initial = [initial_parameters(hypers[k], seeds[k]) for k in order]
+    stack = ConvStack({key: torch.stack([p[key] for p in initial]).to(device, dtype) for key in initial[0]},
+                      activations, [h["dropout"] for h in ordered], dropout_at="conv",
+                      bit_seeds=[network_seed(settings.seed, ids[k], 3) for k in order])
+    stack.optimizer([rules[k] for k in order], [h["learning_rate"] for h in ordered],
+                    [2 * h["l2reg"] for h in ordered], decay="kernels", groups=activations)
+    batches = MiniBatches([subsets[k] for k in order], [network_seed(settings.seed, ids[k], 1) for k in order],
+                          settings.batch_size, drop_last=True)
+    return stack, batches, order
+
+
+def train_networks(networks: Sequence[int], settings: PresetSettings, train: tuple[Tensor, Tensor],
+                   test: tuple[Tensor, Tensor], bar: Optional[tqdm] = None, device: Optional[torch.device | str] = None,
+                   dtype: torch.dtype = torch.float32) -> dict[str, Tensor]:
+    """Train the networks of ids ``networks`` together (:func:`stack_networks`), each as it would
+    train alone; the rows of their part file, on the CPU.
+
+    A network whose parameters or losses become non-finite stops (found at the end of its epoch):
+    it has no later rows.
+
+    Args:
+        networks: the networks' ids.
+        settings: the zoo's settings.
+        train: MNIST training ``(images, labels)``, scaled as :func:`_mnist` does.
+        test: MNIST test ``(images, labels)``.
+        bar: a progress bar advanced per network and epoch, or ``None``.
+        device: where the networks train (default: the CPU).
+        dtype: their parameters' dtype (float32 in a zoo; float64 to measure rounding).
+
+    Returns:
+        ``weights`` ``[rows, 4970]`` (:func:`tf_row`), ``network``, ``step`` and the metrics
+        (float64) of every row, by network, then step.
+    """
+    device = torch.device("cpu") if device is None else torch.device(device)
+    ids = list(networks)
+    stack, batches, order = stack_networks(ids, settings, len(train[0]), device, dtype)
+    ordered = [sample_hyperparameters(network_seed(settings.seed, ids[k])) for k in order]
+    l2 = torch.tensor([h["l2reg"] for h in ordered], dtype=torch.float64)
     rows = []
-    for epoch in range(max(settings.checkpoint_epochs) + 1):
-        if epoch > 0:
-            batches = [subset[torch.randperm(len(subset), generator=generator)] for subset in subsets]
-            for step in range(int(steps.max())):
-                active = ((steps > step) & alive).nonzero().flatten().tolist()
-                if not active:
-                    break
-                index = torch.stack([batches[i][step * B:(step + 1) * B] for i in active])  # [n_active, B]
-                chosen = [params[i] for i in active]
-                logits = zoo_forward(chosen, [activations[i] for i in active], images[index], dropout[active],
-                                     generator)
-                ce = nn.functional.cross_entropy(logits.transpose(1, 2), labels[index], reduction="none").mean(1)
-                loss = ce + l2_penalty(chosen, l2[active])
-                for optimizer in optimizers:
-                    optimizer.zero_grad(set_to_none=True)
-                loss.sum().backward()
-                for k, i in enumerate(active):
-                    if not torch.isfinite(loss[k]):  # it stops here, as a crashed run did
-                        alive[i] = False
-                        for p in params[i].values():
-                            p.grad = None
-                for optimizer in optimizers:
-                    optimizer.step()
-        if epoch in settings.checkpoint_epochs:
-            test_mask = torch.ones(count, len(test[0]))
-            test_acc, test_loss = _evaluate(params, activations, l2, *test, test_mask)
-            train_acc, train_loss = _evaluate(params, activations, l2, *train, train_mask)
-            for i in range(count):
-                row = tf_row({k: v.detach() for k, v in params[i].items()})
-                alive[i] &= bool(torch.isfinite(row).all() & torch.isfinite(test_loss[i]) & torch.isfinite(train_loss[i]))
-                if alive[i]:
-                    rows.append((first + order[i], epoch, row, test_acc[i], test_loss[i], train_acc[i], train_loss[i]))
-        if bar is not None and epoch > 0:
-            bar.update(count / max(settings.checkpoint_epochs))
+
+    def record(checkpoint: Checkpoint) -> None:
+        state = {key: value.cpu() for key, value in stack.state().items()}
+        penalty = kernel_penalty(state, l2)
+        metrics = [checkpoint.test_accuracy.cpu(), checkpoint.test_loss.cpu() + penalty,
+                   checkpoint.train_accuracy.cpu(), checkpoint.train_loss.cpu() + penalty]
+        for r, alive in enumerate(checkpoint.alive.tolist()):
+            if alive:
+                rows.append((ids[order[r]], checkpoint.epoch, tf_row({k: v[r] for k, v in state.items()}),
+                             *(float(m[r]) for m in metrics)))
+
+    epochs = max(settings.checkpoint_epochs)
+    fit(stack, batches, (stack.prepare(train[0]), train[1].to(device)), (stack.prepare(test[0]), test[1].to(device)),
+        settings.checkpoint_epochs, record, stop_nonfinite=True,
+        progress=bar and (lambda epoch: bar.update(len(ids) / epochs)))
     rows.sort(key=lambda r: (r[0], r[1]))  # by network, then step
-    return {"weights": torch.stack([r[2] for r in rows]) if rows else torch.zeros(0, 4970),
+    return {"weights": torch.stack([r[2] for r in rows]) if rows else torch.zeros(0, 4970, dtype=dtype),
             "network": torch.tensor([r[0] for r in rows], dtype=torch.int64),
             "step": torch.tensor([r[1] for r in rows], dtype=torch.int64),
-            **{name: torch.tensor([float(r[3 + k]) for r in rows], dtype=torch.float64)
-               for k, name in enumerate(METRICS)}}
+            **{name: torch.tensor([r[3 + k] for r in rows], dtype=torch.float64) for k, name in enumerate(METRICS)}}
+
+
+def train_shard(first: int, count: int, settings: PresetSettings, train: tuple[Tensor, Tensor],
+                test: tuple[Tensor, Tensor], bar: Optional[tqdm] = None) -> dict[str, Tensor]:
+    """Train networks ``first .. first + count - 1`` (:func:`train_networks`); the tensors of their part file.
+
+    Args:
+        first: the first network's id.
+        count: networks in the part.
+        settings: the zoo's settings.
+        train: MNIST training ``(images, labels)``.
+        test: MNIST test ``(images, labels)``.
+        bar: a progress bar, or ``None``.
+
+    Returns:
+        The part's tensors by name.
+    """
+    return train_networks(range(first, first + count), settings, train, test, bar)
 
 
 def layout_csv() -> str:
-    """``layout.csv``: each layer's bias row, then its kernel row (TensorFlow shapes)."""
+    """``layout.csv``: each layer's bias row, then its kernel row (TensorFlow shapes).
+
+    Returns:
+        The file's text.
+    """
     lines, start = ["varname,start_idx,end_idx,shape"], 0
     for name, shape in SHAPES.items():
         kernel = (*shape[2:], shape[1], shape[0]) if len(shape) == 4 else (shape[1], shape[0])
@@ -320,7 +368,15 @@ def layout_csv() -> str:
 
 def metrics_rows(settings: PresetSettings, part: dict[str, Tensor]) -> list[dict]:
     """The ``metrics.csv.gz`` rows of a part: ``config.*`` (its hyperparameters, recomputed from
-    its seed), ``modeldir``, ``step`` and the metrics."""
+    its seed), ``modeldir``, ``step`` and the metrics.
+
+    Args:
+        settings: the zoo's settings.
+        part: a part's tensors.
+
+    Returns:
+        One row per (network, checkpoint).
+    """
     rows = []
     for k, network in enumerate(part["network"].tolist()):
         seed = network_seed(settings.seed, network)
@@ -335,7 +391,15 @@ def metrics_rows(settings: PresetSettings, part: dict[str, Tensor]) -> list[dict
 
 
 def assemble(settings: PresetSettings, parts: list[dict[str, Tensor]]) -> dict[str, bytes]:
-    """The zoo's three files from its parts, byte for byte the same on every run."""
+    """The zoo's three files from its parts, byte for byte the same on every run.
+
+    Args:
+        settings: the zoo's settings.
+        parts: every part's tensors, in order.
+
+    Returns:
+        ``weights.npy``, ``layout.csv`` and ``metrics.csv.gz``, by name.
+    """
     buffer = io.BytesIO()
     np.save(buffer, torch.cat([p["weights"] for p in parts]).numpy())
     rows = [row for part in parts for row in metrics_rows(settings, part)]
@@ -358,7 +422,17 @@ def _mnist(split: str, size: int, source: str, root: Optional[PathLike]) -> tupl
 
 def make_small_cnn_zoo(out: PathLike, settings: PresetSettings = PresetSettings(), root: Optional[PathLike] = None,
                        progress: bool = True) -> dict:
-    """Train and write (or finish writing) the zoo of ``settings`` into ``out``; return the manifest."""
+    """Train and write (or finish writing) the zoo of ``settings`` into ``out``; return the manifest.
+
+    Args:
+        out: the zoo folder.
+        settings: what the zoo is.
+        root: the MNIST folder, or ``None``.
+        progress: show a progress bar.
+
+    Returns:
+        The manifest, as written.
+    """
     out = Path(out)
     settings_dict = {**settings.to_dict(), "preset": PRESET,
                      "distribution": {"activation": list(ACTIVATIONS), "w_init": list(W_INITS),
@@ -376,9 +450,9 @@ def make_small_cnn_zoo(out: PathLike, settings: PresetSettings = PresetSettings(
     write_manifest(out, manifest)
     if todo:
         done = sum(p["networks"] for p in manifest["parts"])
-        with tqdm(total=settings.networks, initial=done, unit="CNN", desc=f"make-cnn-zoo --preset {PRESET} {out}",
-                  disable=not progress, dynamic_ncols=True,
-                  bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}]") as bar:
+        with Progress(total=settings.networks, initial=done, unit="CNN", desc=f"make-cnn-zoo --preset {PRESET} {out}",
+                      disable=not progress, dynamic_ncols=True,
+                      bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}]") as bar:
             for path, first, count in todo:
                 tensors = train_shard(first, count, settings, train, test, bar)
                 commit_shard(out, manifest, manifest["parts"], path, safetensors_bytes(tensors), networks=count,
@@ -401,19 +475,31 @@ class DefaultList(list):
     """A list flag left at make-cnn-zoo's default, so that the preset applies its own."""
 
 
+#: PresetSettings field -> the make-cnn-zoo argument whose default differs from the preset's.
 PRESET_FLAGS = {"checkpoint_epochs": "epochs", "train_size": "train_size", "test_size": "test_size",
                 "batch_size": "batch_size"}  # PresetSettings field -> make-cnn-zoo argument whose default differs
 
 
 def mark_defaults(parser: argparse.ArgumentParser) -> None:
-    """Mark the defaults of :data:`PRESET_FLAGS` so that :func:`preset_settings` tells them from given values."""
+    """Mark the defaults of :data:`PRESET_FLAGS` so that :func:`preset_settings` tells them from given values.
+
+    Args:
+        parser: make-cnn-zoo's parser.
+    """
     for dest in PRESET_FLAGS.values():
         value = parser.get_default(dest)
         parser.set_defaults(**{dest: DefaultList(value) if isinstance(value, list) else DefaultInt(value)})
 
 
 def preset_settings(args: argparse.Namespace) -> PresetSettings:
-    """The preset's settings from make-cnn-zoo's arguments: the flags given, else the preset's defaults."""
+    """The preset's settings from make-cnn-zoo's arguments: the flags given, else the preset's defaults.
+
+    Args:
+        args: make-cnn-zoo's parsed arguments (defaults marked by :func:`mark_defaults`).
+
+    Returns:
+        The :class:`PresetSettings`.
+    """
     if args.channels != CHANNELS:
         raise ValueError(f"--channels {args.channels}: the {PRESET} preset's networks have {CHANNELS}")
     given = {field: getattr(args, dest) for field, dest in PRESET_FLAGS.items()

@@ -22,12 +22,11 @@ uniformly unless said otherwise:
 Weights and train/test accuracy and loss are recorded at every epoch of ``checkpoint_epochs``;
 each (network, epoch) is one entry of the zoo, as in the CNN zoo (:mod:`neuralgraph.data.cnn_zoo`).
 
-Networks train together: a shard's networks are ordered by architecture, and the networks of one
-architecture run as one ``torch.vmap`` of ``torch.func.functional_call`` of a :class:`ZooViT`
-over their stacked parameters (:class:`ZooTraining`); every network has its own ``torch.optim``
-parameter group (its lr and weight decay) and the loss is the sum of the networks' own losses, so
-the networks do not interact. Every network of a shard sees the same mini-batches; its training
-fraction is a per-network mask over them.
+Networks train together, a shard at a time, through the trainer every zoo shares
+(:mod:`~neuralgraph.data.zoo_trainer`, :func:`train_networks`): the networks of one architecture
+as one batched matrix product per layer over their stacked parameters, each network on its own
+subset of the training images (its ``train_fraction`` of them) in its own mini-batch order,
+under its own optimizer, so that it trains as it would alone.
 
 Storage is the sharded folder of :mod:`neuralgraph.data.shards`: shards ``zoo-00000.safetensors``
 hold one tensor per key of the state dict of the largest :class:`ZooViT` of the distribution
@@ -42,23 +41,31 @@ zero); ``network``, ``epoch``, the four metrics and one tensor per hyperparamete
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import asdict, dataclass
-from functools import cached_property, partial
+from functools import cached_property
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from neuralgraph.data.cnn_zoo import ZooBatch, network_seed, network_split, write_zoo
+from neuralgraph.data.cnn_zoo import ZooBatch, network_seed, network_split, training_subset, write_zoo
 from neuralgraph.data.mnist import PathLike
+from neuralgraph.data.zoo_trainer import (
+    SGD,
+    Adam,
+    Checkpoint,
+    MiniBatches,
+    Rule,
+    VitArchitecture,
+    VitStack,
+    fit,
+    order_networks,
+)
 from neuralgraph.data.shards import (
     MANIFEST,
     SPLITS,
@@ -69,20 +76,31 @@ from neuralgraph.data.shards import (
     read_shard,
 )
 from neuralgraph.graph import Activation, ModuleConverter, ParameterGraph, batch_graphs
+from neuralgraph.nn.context import graph_facts
 
 ZOO_FOLDER = FolderFormat("neuralgraph-transformer-zoo/1", "make-transformer-zoo")
+#: The blocks' activations by name, with their modules.
 ACTIVATIONS = {Activation.GELU.value: nn.GELU, Activation.SILU.value: nn.SiLU}
 OPTIMIZERS = ("adam", "adamw", "sgd")
+#: The categorical hyperparameters and their values, as the manifest records them.
 CHOICES = {"activation": tuple(ACTIVATIONS), "optimizer": OPTIMIZERS}
 DEPTHS, HEADS, MLP_DIMS = (1, 2), (2, 3, 4), (24, 48)
 ARCHITECTURE = {"dim": 24, "patch": 7, "classes": 10, "image_size": 28}  # shared by every network
+#: The momentum of the networks trained with SGD.
 SGD_MOMENTUM = 0.9
-POSITION_STD = 0.02  # the positional embedding's initialisation (ViT's), before init_scale
-EVALUATION_BATCH = 500
+#: The standard deviation of the positional embedding's initialisation (ViT's), before ``init_scale``.
+POSITION_STD = 0.02
 
 
 class ZooBlock(nn.Module):
-    """A pre-norm transformer block: self-attention then an MLP, each added to its input."""
+    """A pre-norm transformer block: self-attention then an MLP, each added to its input.
+
+    Args:
+        dim: width of the tokens.
+        heads: attention heads.
+        mlp_dim: hidden width of the MLP.
+        activation: the MLP's activation, a key of :data:`ACTIVATIONS`.
+    """
 
     def __init__(self, dim, heads, mlp_dim, activation):
         super().__init__()
@@ -98,7 +116,18 @@ class ZooBlock(nn.Module):
 
 
 class ZooViT(nn.Module):
-    """A small ViT-style MNIST classifier: patch convolution, learned positional embedding, pre-norm blocks, mean pooling."""
+    """A small ViT-style MNIST classifier: patch convolution, learned positional embedding, pre-norm blocks, mean pooling.
+
+    Args:
+        dim: width of the tokens.
+        depth: transformer blocks.
+        heads: attention heads per block.
+        mlp_dim: hidden width of each block's MLP.
+        patch: side of the square patches.
+        activation: the MLPs' activation.
+        classes: outputs.
+        image_size: side of the square input images.
+    """
 
     def __init__(self, dim: int = 24, depth: int = 1, heads: int = 2, mlp_dim: int = 48, patch: int = 7,
                  activation: str = "gelu", classes: int = 10, image_size: int = 28):
@@ -123,6 +152,16 @@ class TransformerZooSettings:
     ``networks`` networks in shards of ``shard_size``; each trains for ``max(checkpoint_epochs)``
     epochs over the first ``train_size`` MNIST training images (a per-network fraction of
     them), in mini-batches of ``batch_size``, and is tested on the first ``test_size`` test images.
+
+    Attributes:
+        networks: networks in the zoo.
+        checkpoint_epochs: the epochs after which a network's weights and metrics are kept.
+        train_size: MNIST training images used.
+        test_size: MNIST test images used.
+        batch_size: mini-batch size.
+        shard_size: networks per shard.
+        seed: the zoo's seed.
+        source: the MNIST images, ``"full"`` or ``"embedded"``.
     """
 
     networks: int = 512
@@ -148,7 +187,14 @@ class TransformerZooSettings:
 
 def sample_hyperparameters(seed: int) -> dict:
     """The hyperparameters of the network of ``seed`` (``activation`` and ``optimizer`` as indices
-    into :data:`CHOICES`; the distribution is the module docstring's)."""
+    into :data:`CHOICES`; the distribution is the module docstring's).
+
+    Args:
+        seed: the network's seed.
+
+    Returns:
+        The hyperparameters by name.
+    """
     rng = np.random.default_rng(seed)
     optimizer = int(rng.integers(len(OPTIMIZERS)))
     low, high = (1e-3, 1e-1) if OPTIMIZERS[optimizer] == "sgd" else (1e-4, 1e-2)
@@ -166,7 +212,14 @@ def sample_hyperparameters(seed: int) -> dict:
 
 
 def architecture(hyper: dict) -> dict:
-    """The :class:`ZooViT` arguments of a network of hyperparameters ``hyper``."""
+    """The :class:`ZooViT` arguments of a network of hyperparameters ``hyper``.
+
+    Args:
+        hyper: the network's hyperparameters.
+
+    Returns:
+        Keyword arguments of :class:`ZooViT`.
+    """
     return {**ARCHITECTURE, "depth": hyper["depth"], "heads": hyper["heads"], "mlp_dim": hyper["mlp_dim"],
             "activation": CHOICES["activation"][hyper["activation"]]}
 
@@ -174,7 +227,15 @@ def architecture(hyper: dict) -> dict:
 def initial_parameters(hyper: dict, seed: int) -> dict[str, Tensor]:
     """One network's state dict at initialisation: PyTorch's default initialisation drawn from
     ``seed``, the positional embedding normal (std :data:`POSITION_STD`), every tensor of two or
-    more dimensions (kernels, weight matrices, the positional embedding) times ``init_scale``."""
+    more dimensions (kernels, weight matrices, the positional embedding) times ``init_scale``.
+
+    Args:
+        hyper: the network's hyperparameters.
+        seed: the network's seed.
+
+    Returns:
+        The state dict.
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = ZooViT(**architecture(hyper))
@@ -183,7 +244,11 @@ def initial_parameters(hyper: dict, seed: int) -> dict[str, Tensor]:
 
 
 def stored_shapes() -> dict[str, torch.Size]:
-    """Shape of each state-dict key in a shard (one network): that of the largest architecture."""
+    """Shape of each state-dict key in a shard (one network): that of the largest architecture.
+
+    Returns:
+        The shape of each key.
+    """
     with torch.device("meta"):
         model = ZooViT(**ARCHITECTURE, depth=max(DEPTHS), mlp_dim=max(MLP_DIMS))
     return {k: v.shape for k, v in model.state_dict().items()}
@@ -194,131 +259,126 @@ def _leading(shape: Sequence[int]) -> tuple[slice, ...]:
     return tuple(slice(0, s) for s in shape)
 
 
-class ZooTraining:
-    """Networks of any of the zoo's architectures, trained together.
+def optimizer_rule(hyper: dict) -> Rule:
+    """The optimizer of a network of hyperparameters ``hyper``.
 
-    ``hypers`` and ``parameters`` (each network's state dict) are ordered so that networks of one
-    architecture are consecutive; each such run is one ``torch.vmap`` of ``functional_call`` of a
-    :class:`ZooViT` (built on the meta device: it only lends its forward) over the networks'
-    stacked parameters. Each network's parameters stay their own leaves, in its own parameter
-    group of one ``torch.optim`` optimizer per kind, so that every network trains as it would alone.
-    Attention runs through PyTorch's math kernel, whose operations ``vmap`` batches (its fused CPU
-    kernel has no batching rule and would run network by network).
+    Args:
+        hyper: the network's hyperparameters (:func:`sample_hyperparameters`).
+
+    Returns:
+        Adam, AdamW (``Adam(decoupled=True)``) or SGD with momentum :data:`SGD_MOMENTUM`, with
+        ``torch.optim``'s defaults, as a :mod:`~neuralgraph.data.zoo_trainer` rule.
     """
-
-    def __init__(self, hypers: list[dict], parameters: list[dict[str, Tensor]]):
-        self.parameters = [{k: v.detach().clone().requires_grad_() for k, v in p.items()} for p in parameters]
-        self.groups = []  # (batched forward, first network, end)
-        start = 0
-        for settings, run in itertools.groupby(map(architecture, hypers), key=lambda a: tuple(a.items())):
-            end = start + len(list(run))
-            with torch.device("meta"):
-                template = ZooViT(**dict(settings))
-            self.groups.append((torch.vmap(partial(functional_call, template), in_dims=(0, None)), start, end))
-            start = end
-        if start != len(hypers) or len({tuple(architecture(h).items()) for h in hypers}) != len(self.groups):
-            raise ValueError("ZooTraining: order the networks so that those of one architecture are consecutive")
-        self.optimizers = _optimizers(self.parameters, hypers)
-
-    def __len__(self) -> int:
-        return len(self.parameters)
-
-    def logits(self, images: Tensor) -> Tensor:
-        """``[n, B, classes]``: every network's logits on ``images`` ``[B, 1, H, W]``."""
-        out = []
-        with sdpa_kernel(SDPBackend.MATH):
-            for forward, start, end in self.groups:
-                members = self.parameters[start:end]
-                out.append(forward({k: torch.stack([p[k] for p in members]) for k in members[0]}, (images,)))
-        return torch.cat(out)
-
-    def step(self, images: Tensor, labels: Tensor, mask: Tensor) -> None:
-        """One optimizer step of every network on its mean loss over the images ``mask`` ``[n, B]`` gives it."""
-        ce = _cross_entropy(self.logits(images), labels)
-        loss = ((ce * mask).sum(1) / mask.sum(1).clamp(min=1)).sum()
-        for optimizer in self.optimizers:
-            optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        for optimizer in self.optimizers:
-            optimizer.step()
-
-    @torch.no_grad()
-    def evaluate(self, images: Tensor, labels: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """Per-network accuracy and mean cross-entropy on the images ``mask`` ``[n, N_images]`` selects."""
-        correct = torch.zeros(len(self), dtype=torch.float64)
-        loss = torch.zeros(len(self), dtype=torch.float64)
-        for start in range(0, len(images), EVALUATION_BATCH):
-            part = slice(start, start + EVALUATION_BATCH)
-            logits = self.logits(images[part])
-            ce = _cross_entropy(logits, labels[part])
-            correct += ((logits.argmax(-1) == labels[part]) * mask[:, part]).sum(1).double()
-            loss += (ce * mask[:, part]).sum(1).double()
-        count = mask.sum(1).double()
-        return (correct / count).float(), (loss / count).float()
+    return {"adam": Adam(), "adamw": Adam(decoupled=True), "sgd": SGD(momentum=SGD_MOMENTUM)}[OPTIMIZERS[hyper["optimizer"]]]
 
 
-def _cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
-    """``[n, B]``: each network's cross-entropy on each image, from ``logits`` ``[n, B, classes]``."""
-    return nn.functional.cross_entropy(logits.flatten(0, 1), labels.repeat(len(logits)),
-                                       reduction="none").view(len(logits), -1)
+def stack_networks(networks: Sequence[int], settings: TransformerZooSettings, images: int,
+                   device: Optional[torch.device | str] = None,
+                   dtype: torch.dtype = torch.float32) -> tuple[VitStack, MiniBatches, list[int]]:
+    """The networks of ids ``networks`` ready to train: their stack (those of one architecture as one
+    batched product per layer), with its optimizers, and their mini-batches
+    (:mod:`~neuralgraph.data.zoo_trainer`).
+
+    Each network trains on its own subset of the training images
+    (:func:`~neuralgraph.data.cnn_zoo.training_subset`), in mini-batches of ``settings.batch_size``
+    in an order from its stream 1 (the last batch of an epoch may be smaller), under its own
+    optimizer (:func:`optimizer_rule`, its weight decay on every parameter). Every random draw is
+    made on the CPU whatever the device.
+
+    Args:
+        networks: the networks' ids.
+        settings: the zoo's settings.
+        images: training images available.
+        device: where the networks train (default: the CPU).
+        dtype: their parameters' dtype (float32 in a zoo; float64 to measure rounding).
+
+    Returns:
+        The stack, the mini-batches (both in the stack's order of networks) and that order (each
+        stack row's position in ``networks``).
+    """
+    device = torch.device("cpu") if device is None else torch.device(device)
+    ids = list(networks)
+    seeds = [network_seed(settings.seed, i) for i in ids]
+    hypers = [sample_hyperparameters(s) for s in seeds]
+    subsets = [training_subset(settings, i, h["train_fraction"], images) for i, h in zip(ids, hypers)]
+    rules = [optimizer_rule(h) for h in hypers]
+    archs = [VitArchitecture(**architecture(h)) for h in hypers]
+    order = order_networks(archs, rules, [-(-len(s) // settings.batch_size) for s in subsets])
+    ordered = [hypers[k] for k in order]
+    stack = VitStack([initial_parameters(hypers[k], seeds[k]) for k in order], [archs[k] for k in order], device, dtype)
+    stack.optimizer([rules[k] for k in order], [h["lr"] for h in ordered], [h["weight_decay"] for h in ordered])
+    batches = MiniBatches([subsets[k] for k in order], [network_seed(settings.seed, ids[k], 1) for k in order],
+                          settings.batch_size, drop_last=False)
+    return stack, batches, order
 
 
-def _optimizers(parameters: list[dict[str, Tensor]], hypers: list[dict]) -> list[torch.optim.Optimizer]:
-    """One optimizer per kind, one parameter group per network (its lr and weight decay)."""
-    groups = {name: [] for name in OPTIMIZERS}
-    for p, h in zip(parameters, hypers):
-        groups[OPTIMIZERS[h["optimizer"]]].append({"params": list(p.values()), "lr": h["lr"],
-                                                    "weight_decay": h["weight_decay"]})
-    kinds = {"adam": lambda g: torch.optim.Adam(g, foreach=True),
-             "adamw": lambda g: torch.optim.AdamW(g, foreach=True),
-             "sgd": lambda g: torch.optim.SGD(g, momentum=SGD_MOMENTUM, foreach=True)}
-    return [kinds[name](g) for name, g in groups.items() if g]
+def train_networks(networks: Sequence[int], settings: TransformerZooSettings, train, test,
+                   bar: Optional[tqdm] = None, device: Optional[torch.device | str] = None,
+                   dtype: torch.dtype = torch.float32) -> dict[str, Tensor]:
+    """Train the networks of ids ``networks`` together (:func:`stack_networks`), each as it would
+    train alone; the tensors of their checkpoints, on the CPU.
+
+    Args:
+        networks: the networks' ids.
+        settings: the zoo's settings.
+        train: MNIST training ``(images, labels)``.
+        test: MNIST test ``(images, labels)``.
+        bar: a progress bar advanced per network and epoch, or ``None``.
+        device: where the networks train (default: the CPU).
+        dtype: their parameters' dtype (float32 in a zoo; float64 to measure rounding).
+
+    Returns:
+        The tensors by name: every key of :func:`stored_shapes` (each network's tensors in the
+        leading corner), the metrics, ``epoch`` and ``network`` of every checkpoint (checkpoint by
+        checkpoint, networks in the order given), and the hyperparameters.
+    """
+    device = torch.device("cpu") if device is None else torch.device(device)
+    ids = list(networks)
+    hypers = [sample_hyperparameters(network_seed(settings.seed, i)) for i in ids]
+    stack, batches, order = stack_networks(ids, settings, len(train[0]), device, dtype)
+    row = torch.tensor(order).argsort()  # each network's row in the stack
+    shapes = stored_shapes()
+    records = []
+
+    def record(checkpoint: Checkpoint) -> None:
+        states = stack.state()
+        stored = {key: torch.zeros(len(ids), *shape, dtype=dtype) for key, shape in shapes.items()}
+        for k, r in enumerate(row.tolist()):
+            for key, value in states[r].items():
+                stored[key][k][_leading(value.shape)] = value.cpu()
+        metrics = {name: getattr(checkpoint, name)[row].float().cpu()
+                   for name in ("train_accuracy", "test_accuracy", "train_loss", "test_loss")}
+        records.append({**stored, **metrics, "epoch": torch.full((len(ids),), checkpoint.epoch),
+                        "network": torch.tensor(ids)})
+
+    epochs = max(settings.checkpoint_epochs)
+    fit(stack, batches, (stack.prepare(train[0]), train[1].to(device)), (stack.prepare(test[0]), test[1].to(device)),
+        settings.checkpoint_epochs, record, progress=bar and (lambda epoch: bar.update(len(ids) / epochs)))
+    tensors = {k: torch.cat([r[k] for r in records]).contiguous() for k in records[0]}
+    for key in hypers[0]:
+        dtype_ = torch.float32 if isinstance(hypers[0][key], float) else torch.long
+        tensors[key] = torch.tensor([h[key] for h in hypers], dtype=dtype_).repeat(len(records))
+    for key in ("train_loss", "test_loss"):  # a diverged network has no finite loss: record it as such
+        tensors[key] = torch.nan_to_num(tensors[key], nan=math.inf)
+    return tensors
 
 
 def train_shard(first: int, count: int, settings: TransformerZooSettings, train, test,
                 bar: Optional[tqdm] = None) -> dict[str, Tensor]:
-    """Train networks ``first .. first + count - 1``; the tensors of their shard."""
-    seeds = [network_seed(settings.seed, first + i) for i in range(count)]
-    hypers = [sample_hyperparameters(s) for s in seeds]
-    order = sorted(range(count), key=lambda i: tuple(architecture(hypers[i]).values()))  # one vmap per architecture
-    seeds, hypers = [seeds[i] for i in order], [hypers[i] for i in order]
-    networks = torch.tensor([first + i for i in order])
-    training = ZooTraining(hypers, [initial_parameters(h, s) for h, s in zip(hypers, seeds)])
-    train_images, train_labels = train
-    N = len(train_images)
-    # network i trains on the images its own permutation ranks below its fraction
-    ranks = torch.stack([torch.randperm(N, generator=torch.Generator().manual_seed(s)).argsort() for s in seeds])
-    train_mask = (ranks < torch.tensor([[max(1, round(h["train_fraction"] * N))] for h in hypers])).float()
-    test_mask = torch.ones(count, len(test[0]))
-    generator = torch.Generator().manual_seed(network_seed(settings.seed, first, stream=1))
-    shapes = stored_shapes()
-    records = []
-    for epoch in range(1, max(settings.checkpoint_epochs) + 1):
-        shuffled = torch.randperm(N, generator=generator)
-        for start in range(0, N, settings.batch_size):
-            index = shuffled[start:start + settings.batch_size]
-            training.step(train_images[index], train_labels[index], train_mask[:, index])
-        if epoch in settings.checkpoint_epochs:
-            train_acc, train_loss = training.evaluate(*train, train_mask)
-            test_acc, test_loss = training.evaluate(*test, test_mask)
-            stored = {}
-            for key, shape in shapes.items():
-                stored[key] = torch.zeros(count, *shape)
-                for i, p in enumerate(training.parameters):
-                    if key in p:
-                        stored[key][i][_leading(p[key].shape)] = p[key].detach()
-            records.append({**stored, "train_accuracy": train_acc, "test_accuracy": test_acc,
-                            "train_loss": train_loss, "test_loss": test_loss,
-                            "epoch": torch.full((count,), epoch), "network": networks})
-        if bar is not None:
-            bar.update(count / max(settings.checkpoint_epochs))
-    tensors = {k: torch.cat([r[k] for r in records]).contiguous() for k in records[0]}
-    for key in hypers[0]:
-        dtype = torch.float32 if isinstance(hypers[0][key], float) else torch.long
-        tensors[key] = torch.tensor([h[key] for h in hypers], dtype=dtype).repeat(len(records))
-    for key in ("train_loss", "test_loss"):  # a diverged network has no finite loss: record it as such
-        tensors[key] = torch.nan_to_num(tensors[key], nan=math.inf)
-    return tensors
+    """Train networks ``first .. first + count - 1`` (:func:`train_networks`); the tensors of their shard.
+
+    Args:
+        first: the first network's id.
+        count: networks in the shard.
+        settings: the zoo's settings.
+        train: MNIST training ``(images, labels)``.
+        test: MNIST test ``(images, labels)``.
+        bar: a progress bar, or ``None``.
+
+    Returns:
+        The shard's tensors by name.
+    """
+    return train_networks(range(first, first + count), settings, train, test, bar)
 
 
 def make_transformer_zoo(out: PathLike, settings: TransformerZooSettings = TransformerZooSettings(),
@@ -330,6 +390,17 @@ def make_transformer_zoo(out: PathLike, settings: TransformerZooSettings = Trans
     error naming the field, a recorded shard whose sha256 changed is refused, a file the manifest
     does not list is never overwritten; ``distributed`` and ``merge`` are those of
     :class:`~neuralgraph.data.shards.FolderWriter`.
+
+    Args:
+        out: the zoo folder.
+        settings: what the zoo is.
+        root: the MNIST folder, or ``None``.
+        progress: show a progress bar.
+        distributed: this process's worker, or ``None``.
+        merge: merge the workers' manifests.
+
+    Returns:
+        The manifest, as written.
     """
     return write_zoo(out, ZOO_FOLDER, settings, train_shard, "ViT", root, progress, distributed, merge,
                      architecture=ARCHITECTURE, choices={k: list(v) for k, v in CHOICES.items()})
@@ -346,6 +417,11 @@ class TransformerZooDataset(Dataset):
     Each entry's parameter graph is that of :class:`ZooViT` (:meth:`module`);
     the split's graphs are converted together on the first read of :attr:`graphs` (a batch, a
     spec) and kept: converting per item would repeat the tracing every epoch.
+
+    Args:
+        root: the zoo folder.
+        split: ``"train"``, ``"val"`` or ``"test"``.
+        split_seed: the seed of the split by network.
     """
 
     def __init__(self, root: PathLike, split: str = "train", split_seed: int = 0):
@@ -398,7 +474,7 @@ class TransformerZooDataset(Dataset):
 
     @cached_property
     def graphs(self) -> list[ParameterGraph]:
-        """Every entry's parameter graph, in entry order: one :class:`~neuralgraph.graph.ModuleConverter`
+        """Every entry's parameter graph, in entry order, read with one :class:`~neuralgraph.graph.ModuleConverter`
         per architecture of the split (traced and checked once), each entry's parameters read along it."""
         size = self.manifest["architecture"]["image_size"]
         probe = torch.randn(2, 1, size, size, generator=torch.Generator().manual_seed(0))
@@ -416,4 +492,5 @@ class TransformerZooDataset(Dataset):
         """Entries ``indices`` as one :class:`~neuralgraph.data.cnn_zoo.ZooBatch` (a ``DataLoader``'s
         ``collate_fn``): their graphs of mixed layouts, without ``blocks``."""
         index = torch.as_tensor(indices, dtype=torch.long)
-        return ZooBatch(batch_graphs([self.graphs[int(k)] for k in index]), self.accuracy[index], index)
+        graph = batch_graphs([self.graphs[int(k)] for k in index])
+        return ZooBatch(graph, self.accuracy[index], index, facts=graph_facts(graph))

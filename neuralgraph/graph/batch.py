@@ -108,7 +108,11 @@ def _same_batch(a: Batch, b: Batch) -> bool:
 def fast_batch_available() -> bool:
     """Whether :func:`_fast_batch` may be used with the installed PyG: on a verified release, or
     on another one where it builds, once, the same two-graph batch as ``Batch.from_data_list``
-    (else a warning, and the public path from then on)."""
+    (else a warning, and the public path from then on).
+
+    Returns:
+        Whether the fast builder is used (cached for the process).
+    """
     version = tuple(int(part) for part in torch_geometric.__version__.split(".")[:2] if part.isdigit())
     low, high = FAST_BATCH_VERIFIED
     if low <= version < high:
@@ -131,7 +135,18 @@ def fast_batch_available() -> bool:
 
 def batch_of_one_layout(x: Tensor, edge_attr: Tensor, struct: dict[str, Tensor], layout: Layout, B: int) -> Batch:
     """A ``Batch`` of ``B`` graphs of one layout: :func:`_fast_batch` where :func:`fast_batch_available`,
-    else :func:`_public_batch`."""
+    else :func:`_public_batch`.
+
+    Args:
+        x: node features of all graphs, graph by graph, ``[B n, 1]``.
+        edge_attr: edge features of all graphs, graph by graph, ``[B e, F]``.
+        struct: the layout's shared index fields (:func:`~neuralgraph.graph.schema.layout_structure`).
+        layout: the graphs' layout.
+        B: the number of graphs.
+
+    Returns:
+        The ``Batch``.
+    """
     return (_fast_batch if fast_batch_available() else _public_batch)(x, edge_attr, struct, layout, B)
 
 
@@ -149,6 +164,12 @@ def batch_graphs(graphs: Sequence[Data]) -> Batch:
     the exact all-:data:`WEIGHT_EDGE` field when another graph of the list carries one. The
     ``activation`` field cannot be inferred: graphs with and without it are refused, naming the
     first graph without it.
+
+    Args:
+        graphs: parameter graphs (``Data``), of any layouts.
+
+    Returns:
+        The ``Batch``.
     """
     graphs = list(graphs)
     if not graphs:

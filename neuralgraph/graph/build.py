@@ -140,6 +140,16 @@ def blocks_to_graph(weights: Sequence[Tensor], biases: Sequence[Tensor], skips: 
     ``shortcuts``: projection shortcuts ``(a, b, block)`` adding a layer of weights ``block``
     ``[(B,) d_b, d_a, f]`` on layer ``a``'s values to layer ``b``'s; their edges follow the skips.
     A shortcut's bias acts on layer ``b``'s neurons: it belongs in ``biases[b - 1]``.
+
+    Args:
+        weights: per layer ``[(B,) d_out, d_in, f_l]``.
+        biases: per layer ``[(B,) d_out]``.
+        skips: residual connections ``(a, b)``.
+        activations: activation codes per node layer, or ``None``.
+        shortcuts: projection shortcuts ``(a, b, block)``.
+
+    Returns:
+        A ``ParameterGraph``, or a ``Batch`` of ``B`` graphs for batched blocks.
     """
     layout, batch_size = _check_blocks(weights, biases)
     skips = _check_skips(skips, layout)

@@ -26,7 +26,14 @@ from neuralgraph.graph.schema import (
 
 
 def graph_layouts(graph: Graph) -> list[Layout]:
-    """Layouts of the graphs in ``graph`` (one entry for a ``Data``)."""
+    """Layouts of the graphs in ``graph`` (one entry for a ``Data``).
+
+    Args:
+        graph: a ``Data`` or a ``Batch``.
+
+    Returns:
+        One layout per graph.
+    """
     layout = graph.layout
     if isinstance(graph, Batch):
         return [tuple(l) for l in layout]
@@ -34,7 +41,14 @@ def graph_layouts(graph: Graph) -> list[Layout]:
 
 
 def common_layout(graph: Graph) -> Layout:
-    """The single layout shared by every graph in ``graph``; error on a mixed batch."""
+    """The single layout shared by every graph in ``graph``; error on a mixed batch.
+
+    Args:
+        graph: a ``Data`` or a ``Batch``.
+
+    Returns:
+        The layout.
+    """
     layouts = graph_layouts(graph)
     distinct = sorted(set(layouts))
     if len(distinct) != 1:
@@ -51,6 +65,12 @@ def graph_to_blocks(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
     a graph whose nodes or edges were relabelled still decodes to the right matrices: each edge
     is scattered to its slot in the flattened parameter vector of its network. Residual skip and
     shortcut edges (``edge_kind``) are left out (:func:`graph_skips`, :func:`graph_shortcuts`).
+
+    Args:
+        graph: a ``Data`` or a ``Batch`` of one layout, with weight, skip and shortcut edges only.
+
+    Returns:
+        ``(weights, biases)``, per layer ``[B, d_out, d_in, F]`` and ``[B, d_out]`` (``B = 1`` for a ``Data``).
     """
     layout = common_layout(graph)
     _refuse_general(graph, "graph_to_blocks")
@@ -148,7 +168,14 @@ def _edge_groups(graph: Graph, code: int) -> list[tuple[int, int, Tensor, Tensor
 
 def graph_shortcuts(graph: Graph) -> dict[tuple[int, int], Tensor]:
     """The projection shortcuts of a single graph: ``{(a, b): block [d_b, d_a, F]}`` from its
-    shortcut edges (``edge_kind`` 2), each pair of neurons of the two layers exactly once."""
+    shortcut edges (``edge_kind`` 2), each pair of neurons of the two layers exactly once.
+
+    Args:
+        graph: one graph (a ``Data``).
+
+    Returns:
+        The shortcut blocks by node-layer pair.
+    """
     layout, blocks = graph_layouts(graph)[0], {}
     for a, b, cols, rows, attr in _edge_groups(graph, SHORTCUT_EDGE):
         slot = rows * layout[a] + cols
@@ -166,6 +193,12 @@ def graph_skips(graph: Graph) -> Skips:
 
     Each must be complete (neuron ``j`` of layer ``a`` to neuron ``j`` of layer ``b``, for every
     ``j``, ``edge_layer = b - 1``) and hold the identity, features ``[1, 0, ..., 0]``.
+
+    Args:
+        graph: one graph (a ``Data``).
+
+    Returns:
+        The pairs, in edge order.
     """
     layout, skips = graph_layouts(graph)[0], []
     for a, b, cols, rows, attr in _edge_groups(graph, SKIP_EDGE):
@@ -201,7 +234,12 @@ def _check_indices(graph: Graph, sizes: Tensor) -> None:
 
 def check_finite(graph: Graph) -> None:
     """Refuse NaN or infinite weights (``edge_attr``) and biases (``x`` of non-input nodes), as
-    ``mlp_to_graph`` does."""
+    ``mlp_to_graph`` does.
+
+    Args:
+        graph: a ``Data`` or a ``Batch``; a :class:`~neuralgraph.graph.schema.GraphConversionError` names
+            the first layer with a non-finite value.
+    """
     for name, values, layer in (("edge_attr", graph.edge_attr, graph.edge_layer + 1), ("x", graph.x, graph.node_layer)):
         bad = ~torch.isfinite(values).flatten(1).all(1) & (layer > 0)
         if bool(bad.any()):
@@ -232,6 +270,12 @@ def graph_to_mlp(graph: Graph) -> tuple[list[Tensor], list[Tensor]]:
     carry no bias and are skipped: the bias of layer ``l`` is read from the nodes of layer
     ``l``, never from node 0. NaN or infinite values, indices outside the layout and missing or
     duplicate neurons or weights raise :class:`GraphConversionError`.
+
+    Args:
+        graph: an MLP's graph (``F = 1``, weight edges only), or a ``Batch`` of one layout.
+
+    Returns:
+        ``(weights, biases)``, one tensor per layer each.
     """
     if graph.edge_attr.dim() != 2 or graph.edge_attr.shape[1] != 1:
         raise GraphConversionError(

@@ -15,12 +15,29 @@ from neuralgraph.graph.schema import GraphConversionError, Layout
 
 
 def random_hidden_permutation(layout: Layout, generator: Optional[torch.Generator] = None) -> list[Tensor]:
-    """One random permutation per hidden layer of ``layout`` (``len(layout) - 2`` of them)."""
+    """One random permutation per hidden layer of ``layout`` (``len(layout) - 2`` of them).
+
+    Args:
+        layout: the layer widths.
+        generator: the random source (default: torch's global one).
+
+    Returns:
+        Per hidden layer, a permutation ``[d_l]``.
+    """
     return [torch.randperm(d, generator=generator) for d in layout[1:-1]]
 
 
 def random_hidden_permutations(layout: Layout, batch_size: int, generator: Optional[torch.Generator] = None) -> list[Tensor]:
-    """Independent random permutations for each of ``batch_size`` networks: per hidden layer ``[B, d_l]``."""
+    """Independent random permutations for each of ``batch_size`` networks: per hidden layer ``[B, d_l]``.
+
+    Args:
+        layout: the layer widths.
+        batch_size: ``B``, the networks.
+        generator: the random source (default: torch's global one).
+
+    Returns:
+        Per hidden layer, ``[B, d_l]``.
+    """
     return [torch.argsort(torch.rand(batch_size, d, generator=generator), dim=1) for d in layout[1:-1]]
 
 
@@ -42,6 +59,15 @@ def permute_mlp(
     ``perms`` has one entry per hidden layer (``len(weights) - 1``), or one per layer
     including input and output (``len(weights) + 1``); ``None`` keeps a layer as it is. An
     entry is a permutation ``[d]`` shared by the batch, or ``[B, d]``, one per network.
+
+    Args:
+        weights: per layer ``[(B,) d_out, d_in]``.
+        biases: per layer ``[(B,) d_out]``.
+        perms: the permutations, as above.
+
+    Returns:
+        ``(weights, biases)`` of the permuted networks, which compute the same functions for
+        hidden-only permutations.
     """
     L = len(weights)
     if len(perms) == L - 1:

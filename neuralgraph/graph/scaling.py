@@ -23,6 +23,11 @@ from neuralgraph.graph.schema import SCALING_GROUPS, GraphConversionError, Layou
 
 
 def check_group(group: str) -> None:
+    """ValueError unless ``group`` is one of :data:`~neuralgraph.graph.schema.SCALING_GROUPS`.
+
+    Args:
+        group: ``"sign"`` or ``"scale"``.
+    """
     if group not in SCALING_GROUPS:
         raise ValueError(f"group={group!r}: expected one of {SCALING_GROUPS}")
 
@@ -32,6 +37,13 @@ def scaling_invariant(v: Tensor, scaling: Optional[str]) -> Tensor:
 
     ``None``: ``v`` itself (no scaling group); ``"sign"``: ``|v|``; ``"scale"``: ``v / ||v||``
     over the last dimension (``0`` stays ``0``).
+
+    Args:
+        v: ``[..., d]`` features.
+        scaling: ``None``, ``"sign"`` or ``"scale"``.
+
+    Returns:
+        ``[..., d]``.
     """
     if scaling is None:
         return v
@@ -48,6 +60,16 @@ def random_hidden_scalings(
     """Random elements of ``group`` per hidden layer: ``[d_l]``, or ``[B, d_l]`` with ``batch_size``.
 
     ``"sign"``: independent fair signs; ``"scale"``: ``exp(U(-1, 1))``, in ``[1/e, e]``.
+
+    Args:
+        layout: the layer widths.
+        group: ``"sign"`` or ``"scale"``.
+        batch_size: ``B``, for one element per network; ``None`` for one shared.
+        generator: the random source (default: torch's global one).
+        dtype: the dtype of the elements.
+
+    Returns:
+        Per hidden layer, ``[d_l]`` or ``[B, d_l]``.
     """
     check_group(group)
     shape = () if batch_size is None else (batch_size,)
@@ -65,6 +87,15 @@ def rescale_mlp(
 
     ``scalings`` has one entry per hidden layer, ``[d_l]`` or ``[B, d_l]`` (``None``: identity);
     every entry must be finite and nonzero.
+
+    Args:
+        weights: per layer ``[(B,) d_out, d_in]``.
+        biases: per layer ``[(B,) d_out]``.
+        scalings: per hidden layer, ``q``.
+
+    Returns:
+        ``(weights, biases)``, with the rows and biases of hidden layer ``l`` times ``q`` and the
+        columns of the next layer divided by it.
     """
     L = len(weights)
     if len(scalings) != L - 1:

@@ -7,19 +7,19 @@ ordered row-major over ``(i, j)``, so that ``edge_attr`` of layer ``l`` is ``W_l
 
 Per graph, a PyG ``Data`` holds:
 
-=============  ============  ==============================================================
-field          shape         meaning
-=============  ============  ==============================================================
-``x``          ``[N, 1]``    bias of the neuron (0 for input neurons, which have none)
-``edge_index`` ``[2, E]``    ``(source in layer l-1, target in layer l)``
-``edge_attr``  ``[E, F]``    the weight (``F = 1`` for MLPs; kernels/flatten blocks padded)
-``node_layer`` ``[N]``       layer ``l`` of the neuron, ``0`` for inputs
-``node_index`` ``[N]``       position of the neuron within its layer
-``edge_layer`` ``[E]``       ``l - 1`` for an edge into layer ``l`` (index of the weight)
-``node_type``  ``[N]``       positional type: input ``j`` -> ``j``; hidden layer ``l`` ->
-                             ``d_0 + l - 1``; output ``i`` -> ``d_0 + L - 1 + i``
-``layout``     tuple         ``(d_0, ..., d_L)``
-=============  ============  ==============================================================
+==============  ============  ==============================================================
+field           shape         meaning
+==============  ============  ==============================================================
+``x``           ``[N, 1]``    bias of the neuron (0 for input neurons, which have none)
+``edge_index``  ``[2, E]``    ``(source in layer l-1, target in layer l)``
+``edge_attr``   ``[E, F]``    the weight (``F = 1`` for MLPs; kernels/flatten blocks padded)
+``node_layer``  ``[N]``       layer ``l`` of the neuron, ``0`` for inputs
+``node_index``  ``[N]``       position of the neuron within its layer
+``edge_layer``  ``[E]``       ``l - 1`` for an edge into layer ``l`` (index of the weight)
+``node_type``   ``[N]``       positional type: input ``j`` -> ``j``; hidden layer ``l`` ->
+                              ``d_0 + l - 1``; output ``i`` -> ``d_0 + L - 1 + i``
+``layout``      tuple         ``(d_0, ..., d_L)``
+==============  ============  ==============================================================
 
 Two optional fields describe networks beyond a chain of layers with one activation:
 
@@ -48,7 +48,9 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Batch, Data
 
+#: Layer widths ``(d_0, d_1, ..., d_L)`` of a network, inputs first.
 Layout = tuple[int, ...]
+#: A parameter graph (``Data``) or a batch of them (``Batch``).
 Graph = Union[Data, Batch]
 Skips = tuple[tuple[int, int], ...]
 Shortcut = tuple[int, int, Tensor]  # (a, b, block [(B,) d_b, d_a, f]): a projection from node layer a to b
@@ -63,12 +65,14 @@ EDGE_FIELDS = ("edge_attr", "edge_layer")
 #: positional embedding (from ordered token-position nodes into the channels they are added to).
 EDGE_KINDS = ("weight", "skip", "shortcut", "layer_norm", "rms_norm", "group_norm", "member",
               "query", "key", "value", "attention_output", "pair", "position")
+#: The code of each edge kind, its position in :data:`EDGE_KINDS` (``graph.edge_kind`` holds codes).
 (WEIGHT_EDGE, SKIP_EDGE, SHORTCUT_EDGE, LAYER_NORM_EDGE, RMS_NORM_EDGE, GROUP_NORM_EDGE, MEMBER_EDGE,
  QUERY_EDGE, KEY_EDGE, VALUE_EDGE, ATTENTION_OUTPUT_EDGE, PAIR_EDGE, POSITION_EDGE) = range(len(EDGE_KINDS))
 #: Kinds a chain of layers has (``graph_to_blocks`` reads such graphs); any other kind makes a
 #: general parameter graph, read by message passing only.
 CHAIN_EDGE_KINDS = (WEIGHT_EDGE, SKIP_EDGE, SHORTCUT_EDGE)
-#: Kinds whose features the structure fixes (ones), not parameters: skips, group membership, query-key pairs.
+#: Kinds whose features the structure fixes (ones, not parameters), which are skips, group membership and
+#: query-key pairs.
 STRUCTURAL_EDGE_KINDS = (SKIP_EDGE, MEMBER_EDGE, PAIR_EDGE)
 #: Groups of hidden-neuron rescalings ``q`` an activation can commute with (:mod:`neuralgraph.graph.scaling`).
 SCALING_GROUPS = ("sign", "scale")
@@ -122,7 +126,14 @@ class Activation(str, enum.Enum):
 
 
 def activation_codes(names: Sequence[str]) -> Tensor:
-    """Codes of activation names (one per node layer); an unknown name raises."""
+    """Codes of activation names (one per node layer); an unknown name raises.
+
+    Args:
+        names: :class:`Activation` values, e.g. ``["identity", "relu", "identity"]``.
+
+    Returns:
+        ``[len(names)]`` long.
+    """
     unknown = [name for name in names if name not in Activation.names()]
     if unknown:
         raise GraphConversionError(f"activation {unknown[0]!r} is not in the vocabulary {Activation.names()}")
@@ -148,7 +159,14 @@ class ParameterGraph(Data):
 
 
 def num_node_types(layout: Layout) -> int:
-    """Number of distinct ``node_type`` values of ``layout``."""
+    """Number of distinct ``node_type`` values of ``layout``.
+
+    Args:
+        layout: the layer widths.
+
+    Returns:
+        ``d_0 + (L - 1) + d_L``, one type per input, per hidden layer and per output.
+    """
     return layout[0] + len(layout) - 2 + layout[-1]
 
 
@@ -158,6 +176,15 @@ def layout_structure(layout: Layout, skips: Skips = (), shortcuts: Skips = ()) -
 
     Never handed out as they are: a graph gets its own copy (or a tensor computed from
     these), so writing into one graph's ``node_index`` cannot change later graphs.
+
+    Args:
+        layout: the layer widths.
+        skips: residual skips ``(a, b)``.
+        shortcuts: projection shortcut pairs ``(a, b)``.
+
+    Returns:
+        ``node_layer``, ``node_index``, ``node_type``, ``edge_index``, ``edge_layer`` and, with skips
+        or shortcuts, ``edge_kind``, by name.
     """
     sizes = torch.tensor(layout)
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])

@@ -24,7 +24,8 @@ from neuralgraph.inr.gradient import Workspace, loss_and_gradient
 from neuralgraph.inr.render import grid_axes
 from neuralgraph.inr.siren import init_siren, pack
 
-# ``fit_inrs(backend=...)``, else $NEURALGRAPH_INR_BACKEND
+#: The fitter's loss-and-gradient backends, for ``fit_inrs(backend=...)`` or ``$NEURALGRAPH_INR_BACKEND``
+#: (``"auto"`` picks the faster of the other two, :func:`calibrated_backend`).
 INR_BACKENDS = ("auto", "cpp", "torch")
 StepFunction = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]  # (flat, targets) -> (mse, grad)
 
@@ -38,6 +39,15 @@ def compiled_loss_and_gradient(flat: Tensor, targets: Tensor, axes: tuple[Tensor
     the L1 cache; ``sin`` and ``cos`` of a layer come from one range reduction of the angle;
     every elementwise step runs on the registers the small matrix product before it has just
     filled. float32, layout ``(2, d1, d2, 1)``, CPU.
+
+    Args:
+        flat: ``[B, num_parameters]`` packed SIRENs (:func:`~neuralgraph.inr.siren.pack`).
+        targets: ``[B, H, W]`` images.
+        axes: the grid's row and column coordinates (:func:`~neuralgraph.inr.render.grid_axes`).
+        convention: the SIRENs' convention.
+
+    Returns:
+        ``(mse [B], grad [B, num_parameters])``.
     """
     flat, targets = flat.contiguous(), targets.contiguous()
     n, height, width = targets.shape
@@ -51,7 +61,8 @@ def compiled_loss_and_gradient(flat: Tensor, targets: Tensor, axes: tuple[Tensor
     return mse, grad
 
 
-CALIBRATION_INRS = 32  # pool of the one-off timing: large enough to fill 2-16 threads
+#: INRs in the pool of the one-off timing that picks the ``"auto"`` backend (large enough to fill 2-16 threads).
+CALIBRATION_INRS = 32
 
 
 def _time_steps(steps: dict[str, StepFunction], flat: Tensor, targets: Tensor,
@@ -77,6 +88,15 @@ def calibrated_backend(convention: SirenConvention, height: int, width: int) -> 
     kernel (whose name hashes the source, the flags, the compiler and the CPU's instruction
     sets), keyed by layout, image size and ``torch.get_num_threads()``. A cache file that
     cannot be read is measured again and replaced, with a warning naming it.
+
+    Args:
+        convention: the SIRENs' convention (its layout).
+        height: image height.
+        width: image width.
+
+    Returns:
+        The cached entry, with ``"choice"`` (``"cpp"`` or ``"torch"``) and the measured microseconds
+        per INR.
     """
     library = siren_library_path()
     cache = library.with_name(f"{library.stem}.calibration.json")
@@ -110,7 +130,19 @@ def calibrated_backend(convention: SirenConvention, height: int, width: int) -> 
 
 def step_function(backend: Optional[str], convention: SirenConvention, capacity: int, axes: tuple[Tensor, Tensor],
                   device: torch.device, dtype: torch.dtype) -> StepFunction:
-    """``(flat, targets) -> (mse, grad)`` of the chosen backend (see ``INR_BACKENDS``)."""
+    """``(flat, targets) -> (mse, grad)`` of the chosen backend (see ``INR_BACKENDS``).
+
+    Args:
+        backend: ``"auto"``, ``"cpp"``, ``"torch"``, or ``None`` for ``$NEURALGRAPH_INR_BACKEND``.
+        convention: the SIRENs' convention.
+        capacity: the most INRs of one call (the pool), which the torch path preallocates for.
+        axes: the grid's row and column coordinates.
+        device: where the INRs are fitted.
+        dtype: their dtype.
+
+    Returns:
+        The step function.
+    """
     source = "fit_inrs backend" if backend is not None else "$NEURALGRAPH_INR_BACKEND"
     backend = backend if backend is not None else os.environ.get("NEURALGRAPH_INR_BACKEND", "auto")
     if backend not in INR_BACKENDS:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+#: The orders of the pixel grid's coordinates (``SirenConvention.grid``).
 GRID_ORIENTATIONS = ("ij", "xy")
+#: The SIREN initialisations (``SirenConvention.init``).
 INITS = ("dws", "siren")
 
 
@@ -80,4 +82,5 @@ class SirenConvention:
         return sum((d_in + 1) * d_out for d_in, d_out in zip(self.layout[:-1], self.layout[1:]))
 
 
+#: The convention of DWSNets' MNIST INRs, the default of every INR in the package.
 DWS_MNIST = SirenConvention()

@@ -30,6 +30,14 @@ class FitConfig:
     recipe that matches the INRs they released (``dws-released``: lr 1e-3, 1500 steps).
     ``pool_size`` INRs are optimised together; a finished INR leaves the pool and the next
     image takes its place, so the pool stays full (it changes speed, never results).
+
+    Attributes:
+        steps: the most Adam steps per INR.
+        lr: Adam's learning rate.
+        target_psnr: the PSNR (dB) at which an INR stops.
+        betas: Adam's betas.
+        eps: Adam's epsilon.
+        pool_size: INRs optimised together.
     """
 
     steps: int = 1000
@@ -50,7 +58,14 @@ class FitConfig:
 @dataclass
 class FitResult:
     """Fitted INRs: ``weights[l]`` ``[N, d_out, d_in]``, ``biases[l]`` ``[N, d_out]``, final
-    ``psnr`` ``[N]`` (dB, of the returned weights) and Adam ``steps`` taken ``[N]``."""
+    ``psnr`` ``[N]`` (dB, of the returned weights) and Adam ``steps`` taken ``[N]``.
+
+    Attributes:
+        weights: per layer ``[N, d_out, d_in]``.
+        biases: per layer ``[N, d_out]``.
+        psnr: ``[N]`` final PSNR in dB.
+        steps: ``[N]`` Adam steps taken.
+    """
 
     weights: list[Tensor]
     biases: list[Tensor]
@@ -70,6 +85,18 @@ def fit_inrs(images: Tensor, seeds: Sequence[int], convention: SirenConvention =
     INRs finish (for progress bars). ``backend`` (default: ``$NEURALGRAPH_INR_BACKEND``, else
     ``"auto"``) picks the compiled kernel or the pure-torch path (``INR_BACKENDS``); they
     agree to float32 rounding, and each is batch-independent on its own.
+
+    Args:
+        images: ``[N, H, W]`` targets.
+        seeds: one initialisation seed per image.
+        convention: the SIREN convention (layout, ``w0``, grid, initialisation).
+        config: the fitting settings.
+        device: where to fit (default: the images' device).
+        on_finished: progress callback.
+        backend: ``"auto"``, ``"cpp"`` or ``"torch"``.
+
+    Returns:
+        The :class:`FitResult`, in the order of ``images``.
     """
     if images.dim() != 3:
         raise ValueError(f"fit_inrs: images must be [N, H, W], got {tuple(images.shape)}")

@@ -26,6 +26,13 @@ class Workspace:
     multi-megabyte tensor per call would page-fault its memory in at every step (docs/inr.md).
     ``cosines[l]`` first receives layer ``l + 1``'s pre-activations (then their ``sin`` and,
     in place, their ``cos``); ``grad_hidden[l]`` receives the gradient of ``h_{l+1}``.
+
+    Args:
+        capacity: the most INRs of a step.
+        layout: the SIREN layout.
+        pixels: ``H * W``.
+        device: where the buffers live.
+        dtype: their dtype.
     """
 
     def __init__(self, capacity: int, layout: Sequence[int], pixels: int, device, dtype):
@@ -52,7 +59,11 @@ def _pixel_sum_bmm(a: Tensor, b: Tensor) -> Tensor:
 
 @contextlib.contextmanager
 def one_thread():
-    """torch on one thread inside the block."""
+    """torch on one thread inside the block.
+
+    Yields:
+        Nothing; the previous thread count is restored on exit.
+    """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -70,6 +81,16 @@ def loss_and_gradient(flat: Tensor, targets: Tensor, axes: tuple[Tensor, Tensor]
     ``H + W`` values of ``sin``/``cos`` of each part (angle addition) instead of ``H * W``.
     The factor ``w0`` is applied to the small weight blocks, never to activations. ``bmm``
     never writes into a strided view (``out=`` on a view falls off MKL's batched path).
+
+    Args:
+        flat: ``[B, num_parameters]`` packed SIRENs (:func:`~neuralgraph.inr.siren.pack`).
+        targets: ``[B, H, W]`` images.
+        axes: the grid's row and column coordinates.
+        convention: the SIRENs' convention.
+        space: preallocated buffers for at least ``B`` INRs.
+
+    Returns:
+        ``(mse [B], grad [B, num_parameters])``.
     """
     n, height, width = targets.shape
     layout, w0 = convention.layout, convention.w0

@@ -9,13 +9,19 @@ from neuralgraph.inr.fit import FitConfig
 
 @dataclass(frozen=True)
 class InrRecipe:
-    """A named way of making INRs: the SIREN convention and the fitting settings."""
+    """A named way of making INRs: the SIREN convention and the fitting settings.
+
+    Attributes:
+        convention: the SIREN convention.
+        fit: the fitting settings.
+    """
 
     convention: SirenConvention
     fit: FitConfig
 
 
-# The calibration behind the recipes is in docs/inr.md (Presets) and benchmarks/results/inr_fidelity*.
+#: Named INR recipes (convention and fit settings), for ``neuralgraph make-inrs --preset``. The calibration
+#: behind them is in docs/inr.md (Presets) and benchmarks/results/inr_fidelity*.
 PRESETS = {
     # The INR set DWSNets released: its per-layer weight and bias spread and its
     # GP-under-quantization table (benchmarks/inr_fidelity.py).
@@ -26,11 +32,19 @@ PRESETS = {
     # Sitzmann et al.'s initialisation, which reaches 40 dB early (the demo's, for speed).
     "siren-1000": InrRecipe(SirenConvention(init="siren"), FitConfig()),
 }
+#: The recipe used when none is named.
 DEFAULT_PRESET = "dws-released"
 
 
 def preset(name: str) -> InrRecipe:
-    """The recipe called ``name``; an error listing the presets when there is none."""
+    """The recipe called ``name``; an error listing the presets when there is none.
+
+    Args:
+        name: a key of :data:`PRESETS`.
+
+    Returns:
+        The recipe.
+    """
     if name not in PRESETS:
         raise ValueError(f"INR preset {name!r}: expected one of {sorted(PRESETS)}")
     return PRESETS[name]

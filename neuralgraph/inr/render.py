@@ -6,6 +6,7 @@ predicted INRs can be trained through their images.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Optional, Sequence
 
 import torch
@@ -15,7 +16,17 @@ from neuralgraph.inr.convention import DWS_MNIST, SirenConvention
 
 
 def grid_axes(height: int, width: int, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
-    """Row and column coordinates of a ``height x width`` image: ``linspace(-1, 1, .)`` each."""
+    """Row and column coordinates of a ``height x width`` image: ``linspace(-1, 1, .)`` each.
+
+    Args:
+        height: rows.
+        width: columns.
+        device: where the coordinates live.
+        dtype: their dtype.
+
+    Returns:
+        ``(rows [height], columns [width])``.
+    """
     return (
         torch.linspace(-1, 1, height, device=device, dtype=dtype),
         torch.linspace(-1, 1, width, device=device, dtype=dtype),
@@ -24,7 +35,18 @@ def grid_axes(height: int, width: int, device=None, dtype=torch.float32) -> tupl
 
 def grid_coordinates(height: int, width: int, convention: SirenConvention = DWS_MNIST, device=None,
                      dtype=torch.float32) -> Tensor:
-    """The ``[height * width, 2]`` network inputs, pixels in row-major order."""
+    """The ``[height * width, 2]`` network inputs, pixels in row-major order.
+
+    Args:
+        height: rows.
+        width: columns.
+        convention: which coordinate is input 0 (``convention.grid``).
+        device: where the coordinates live.
+        dtype: their dtype.
+
+    Returns:
+        ``[height * width, 2]``.
+    """
     rows, cols = torch.meshgrid(*grid_axes(height, width, device, dtype), indexing="ij")
     pair = (rows, cols) if convention.grid == "ij" else (cols, rows)
     return torch.stack([c.reshape(-1) for c in pair], dim=1)
@@ -36,6 +58,13 @@ def siren_layout(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> tuple[i
     The tensors fix the widths and the depth (a :class:`SirenConvention` fixes ``w0``, the grid
     and the offset), so an OCE ensemble merged into one network of layout ``(2, k d_1, ..., 1)``
     is a SIREN like any other. A ValueError names the first layer that does not chain.
+
+    Args:
+        weights: per layer ``[(B,) d_out, d_in]``.
+        biases: per layer ``[(B,) d_out]``.
+
+    Returns:
+        The layout.
     """
     if len(weights) == 0 or len(weights) != len(biases):
         raise ValueError(f"SIREN: got {len(weights)} weight and {len(biases)} bias tensors; need as many, at least one")
@@ -114,11 +143,20 @@ def render(weights: Sequence[Tensor], biases: Sequence[Tensor], resolution: int 
     Always computed in at least float32, with any active autocast (e.g. Lightning's
     ``precision="bf16-mixed"``) turned off: ``sin(w0 x)`` multiplies bfloat16's 3e-3 relative
     rounding of ``x`` by ``w0 = 30``, which would swamp the pixel errors being trained on.
+
+    Args:
+        weights: per layer ``[(B,) d_out, d_in]``.
+        biases: per layer ``[(B,) d_out]``.
+        resolution: ``H = W``, or ``(H, W)``.
+        convention: the SIREN convention.
+
+    Returns:
+        ``[B, H, W]`` or ``[H, W]``.
     """
     height, width = (resolution, resolution) if isinstance(resolution, int) else resolution
     siren_layout(weights, biases)
-    if torch.is_autocast_enabled(weights[0].device.type) or weights[0].dtype.itemsize < 4:
-        with torch.autocast(weights[0].device.type, enabled=False):
+    if autocast_active(weights[0].device.type) or weights[0].dtype.itemsize < 4:
+        with autocast_off(weights[0].device.type):
             return render([full_precision(w) for w in weights], [full_precision(b) for b in biases],
                           resolution, convention)
     single = weights[0].dim() == 2
@@ -134,12 +172,53 @@ def render(weights: Sequence[Tensor], biases: Sequence[Tensor], resolution: int 
     return images[0] if single else images
 
 
+def autocast_active(device_type: str) -> bool:
+    """Whether autocast is on for ``device_type`` (never on a device autocast does not know, e.g. ``meta``).
+
+    Args:
+        device_type: e.g. ``"cpu"``, ``"cuda"``.
+
+    Returns:
+        ``True`` when autocast is enabled there.
+    """
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+
+
+def autocast_off(device_type: str) -> contextlib.AbstractContextManager:
+    """A context with autocast off for ``device_type`` (nothing to turn off on a device autocast does not know).
+
+    Args:
+        device_type: e.g. ``"cpu"``, ``"cuda"``.
+
+    Returns:
+        The context manager.
+    """
+    if torch.amp.is_autocast_available(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
 def full_precision(tensor: Tensor) -> Tensor:
-    """``tensor`` as float32 when its dtype is narrower (bfloat16, float16), else unchanged (float64 stays)."""
+    """``tensor`` as float32 when its dtype is narrower (bfloat16, float16), else unchanged (float64 stays).
+
+    Args:
+        tensor: any tensor.
+
+    Returns:
+        ``tensor``, or its float32 copy.
+    """
     return tensor.float() if tensor.is_floating_point() and tensor.dtype.itemsize < 4 else tensor
 
 
 def psnr(prediction: Tensor, target: Tensor) -> Tensor:
-    """Peak signal-to-noise ratio in dB for values in ``[0, 1]``, one per image ``[B, ...]``."""
+    """Peak signal-to-noise ratio in dB for values in ``[0, 1]``, one per image ``[B, ...]``.
+
+    Args:
+        prediction: ``[B, ...]`` values.
+        target: ``[B, ...]`` values.
+
+    Returns:
+        ``[B]`` dB.
+    """
     mse = (prediction - target).flatten(1).square().mean(1)
     return -10 * torch.log10(mse)

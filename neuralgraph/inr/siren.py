@@ -17,7 +17,11 @@ from neuralgraph.inr.convention import DWS_MNIST, SirenConvention
 
 
 class Sine(nn.Module):
-    """``sin(w0 * x)``."""
+    r"""``sin(w0 * x)``.
+
+    Args:
+        w0: the frequency :math:`\omega_0`.
+    """
 
     def __init__(self, w0: float):
         super().__init__()
@@ -33,6 +37,9 @@ class Siren(nn.Sequential):
     ``forward(coords)`` maps ``[P, 2]`` coordinates to ``[P, 1]`` values, without the output
     scale and offset (``convention.output_scale * f + convention.output_offset``); :meth:`load` copies in given weights. Its
     ``nn.Linear`` layers make it convertible by ``module_to_graph``.
+
+    Args:
+        convention: the layout and ``w0`` of the SIREN.
     """
 
     def __init__(self, convention: SirenConvention = DWS_MNIST):
@@ -49,6 +56,15 @@ class Siren(nn.Sequential):
 
     @torch.no_grad()
     def load(self, weights: Sequence[Tensor], biases: Sequence[Tensor]) -> "Siren":
+        """Copy weights and biases into the SIREN's ``nn.Linear`` layers, in place.
+
+        Args:
+            weights: per layer ``[d_out, d_in]``.
+            biases: per layer ``[d_out]``.
+
+        Returns:
+            The SIREN itself.
+        """
         for layer, w, b in zip(self.linears(), weights, biases):
             layer.weight.copy_(w)
             layer.bias.copy_(b)
@@ -62,6 +78,14 @@ def init_siren(seeds: Sequence[int], convention: SirenConvention = DWS_MNIST,
     INR ``n`` is drawn from ``torch.Generator().manual_seed(seeds[n])`` alone, layer by layer
     (weight, then bias), so it does not depend on the other INRs. See :class:`SirenConvention`
     for the two schemes.
+
+    Args:
+        seeds: one seed per INR.
+        convention: the layout and initialisation scheme.
+        dtype: the dtype of the returned tensors.
+
+    Returns:
+        ``(weights, biases)``, per layer.
     """
     layout = convention.layout
     num_layers = len(layout) - 1
@@ -92,12 +116,28 @@ def init_siren(seeds: Sequence[int], convention: SirenConvention = DWS_MNIST,
 
 
 def pack(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> Tensor:
-    """Flat ``[B, num_parameters]``: per layer, ``[W_l | b_l]`` row-major (bias as last column)."""
+    """Flat ``[B, num_parameters]``: per layer, ``[W_l | b_l]`` row-major (bias as last column).
+
+    Args:
+        weights: per layer ``[B, d_out, d_in]``.
+        biases: per layer ``[B, d_out]``.
+
+    Returns:
+        ``[B, num_parameters]``.
+    """
     return torch.cat([torch.cat([w, b.unsqueeze(-1)], -1).flatten(1) for w, b in zip(weights, biases)], 1)
 
 
 def unpack_blocks(flat: Tensor, layout: Sequence[int]) -> list[Tensor]:
-    """Views ``[B, d_out, d_in + 1]`` of :func:`pack`'s flat tensor, one per layer."""
+    """Views ``[B, d_out, d_in + 1]`` of :func:`pack`'s flat tensor, one per layer.
+
+    Args:
+        flat: ``[B, num_parameters]``.
+        layout: the SIREN layout.
+
+    Returns:
+        Per layer ``[B, d_out, d_in + 1]``, the bias as last column.
+    """
     blocks, start = [], 0
     for d_in, d_out in zip(layout[:-1], layout[1:]):
         size = d_out * (d_in + 1)
@@ -107,6 +147,14 @@ def unpack_blocks(flat: Tensor, layout: Sequence[int]) -> list[Tensor]:
 
 
 def unpack(flat: Tensor, layout: Sequence[int]) -> tuple[list[Tensor], list[Tensor]]:
-    """Inverse of :func:`pack`: contiguous weights ``[B, d_out, d_in]`` and biases ``[B, d_out]``."""
+    """Inverse of :func:`pack`: contiguous weights ``[B, d_out, d_in]`` and biases ``[B, d_out]``.
+
+    Args:
+        flat: ``[B, num_parameters]``.
+        layout: the SIREN layout.
+
+    Returns:
+        ``(weights, biases)``, per layer.
+    """
     blocks = unpack_blocks(flat, layout)
     return [b[..., :-1].contiguous() for b in blocks], [b[..., -1].contiguous() for b in blocks]

@@ -17,6 +17,7 @@ from neuralgraph.nn import nfn_hnp  # noqa: E402,F401  isort: skip
 from neuralgraph.nn import nfn_np  # noqa: E402,F401  isort: skip
 from neuralgraph.nn import scalegmn  # noqa: E402,F401  isort: skip
 from neuralgraph.nn import statnn  # noqa: E402,F401  isort: skip  (a baseline: BASELINES)
+from neuralgraph.nn import probegen  # noqa: E402,F401  isort: skip  (baselines: BASELINES)
 
 __all__ = [
     "BASELINES",

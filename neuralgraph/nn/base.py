@@ -25,8 +25,9 @@ chunks of edges, each recomputed in backward, dense blocks cut into :class:`Edge
 from __future__ import annotations
 
 import abc
+import inspect
 import itertools
-from typing import Any, Callable, ClassVar, Optional, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
 import torch
 import torch.utils.checkpoint
@@ -35,8 +36,8 @@ from torch_geometric.nn import MessagePassing
 
 from neuralgraph.graph import Graph
 from neuralgraph.graph.spec import GraphSpec
-from neuralgraph.nn.context import (GraphContext, WeightBlocks, block_rows, check_dense_rows, edge_blocks,
-                                    node_blocks)
+from neuralgraph.nn.context import (GraphContext, GraphFacts, WeightBlocks, block_rows, check_dense_rows,
+                                    edge_blocks, node_blocks)
 from neuralgraph.nn.encoder import MAX_LAYERS, MAX_NODE_TYPES, GraphEncoder
 from neuralgraph.nn.heads import InvariantReadout, WeightDecoder
 
@@ -44,7 +45,11 @@ SYMMETRIES = ("hidden", "np")
 
 
 def check_edge_chunk(edge_chunk: Optional[int]) -> None:
-    """``edge_chunk`` is ``None`` (no chunks) or a positive number of edges."""
+    """``edge_chunk`` is ``None`` (no chunks) or a positive number of edges.
+
+    Args:
+        edge_chunk: the value to check; anything else is a ValueError.
+    """
     if edge_chunk is not None and (isinstance(edge_chunk, bool) or not isinstance(edge_chunk, int) or edge_chunk < 1):
         raise ValueError(f"edge_chunk={edge_chunk!r}: expected a positive number of edges per chunk, or None")
 
@@ -52,14 +57,28 @@ def check_edge_chunk(edge_chunk: Optional[int]) -> None:
 def recomputed(function: Callable, *args, **kwargs):
     """``function(*args, **kwargs)`` keeping none of its intermediate tensors for backward, which runs it again
     (``torch.utils.checkpoint``, non-reentrant: the RNG state and autocast of the first run are replayed, so
-    dropout draws the same masks); a plain call when autograd does not record."""
+    dropout draws the same masks); a plain call when autograd does not record.
+
+    Args:
+        function: the computation; its tensor arguments are what backward keeps.
+        *args: positional arguments of ``function``.
+        **kwargs: keyword arguments of ``function``.
+
+    Returns:
+        What ``function`` returns.
+    """
     if not torch.is_grad_enabled():
         return function(*args, **kwargs)
     return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, **kwargs)
 
 
 def check_heads(hidden_dim: int, num_heads: int) -> None:
-    """Attention splits ``hidden_dim`` channels evenly over ``num_heads`` heads."""
+    """Attention splits ``hidden_dim`` channels evenly over ``num_heads`` heads.
+
+    Args:
+        hidden_dim: channels to split; a ValueError unless a multiple of ``num_heads``.
+        num_heads: attention heads (at least 1).
+    """
     if num_heads < 1 or hidden_dim % num_heads:
         raise ValueError(f"hidden_dim={hidden_dim} must be a positive multiple of num_heads={num_heads}")
 
@@ -110,6 +129,32 @@ class MetanetLayer(nn.Module, abc.ABC):
         """Return updated ``(x [N, d], edge_attr [E, d])``."""
 
 
+def _constructor_signature(cls: type) -> inspect.Signature:
+    """The arguments ``cls(...)`` takes: its constructor's own, then, when the constructor takes ``**options``
+    and passes them on to its base's (``super().__init__(hidden_dim, num_layers, dropout, **options)``, as
+    every architecture does), the base's keyword-only arguments that it does not name itself."""
+    definer = next(c for c in cls.__mro__ if "__init__" in vars(c))
+    own = inspect.signature(definer.__init__)
+    parameters = list(own.parameters.values())[1:]  # without self
+    if definer is Metanet or not any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return own.replace(parameters=parameters)
+    base = next(c for c in cls.__mro__[cls.__mro__.index(definer) + 1:] if "__init__" in vars(c))
+    names = {p.name for p in parameters}
+    forwarded = [p for p in _constructor_signature(base).parameters.values()
+                 if p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) and p.name not in names]
+    return own.replace(parameters=[p for p in parameters if p.kind is not p.VAR_KEYWORD] + forwarded)
+
+
+class _ConstructorSignature:
+    """``Metanet.__signature__``: on a class, :func:`_constructor_signature`, which ``inspect.signature``,
+    ``help()`` and the API pages show; on an instance, absent (its signature is its ``forward``'s)."""
+
+    def __get__(self, instance: Any, owner: type) -> inspect.Signature:
+        if instance is not None:
+            raise AttributeError("__signature__")
+        return _constructor_signature(owner)
+
+
 class Metanet(nn.Module):
     """Base of every architecture: encoder, then ``self.layers`` applied in order.
 
@@ -117,14 +162,35 @@ class Metanet(nn.Module):
     override :meth:`dense_stack` when their dense blocks are not per-layer node and edge blocks,
     as the folded weight space of :class:`~neuralgraph.nn.equivariant_linear.WeightSpaceMetanet`).
 
+    Every architecture takes the keyword arguments below after its own: its constructor's
+    ``**options`` are passed on to this one, and its signature (``inspect.signature``, ``help()``)
+    lists them.
+
     Args:
         hidden_dim: width of node and edge features.
         num_layers: number of layers.
         dropout: dropout probability inside the layers.
-        edge_features, positional, fourier_features, fourier_scale, max_layers,
-        max_node_types, probe_features, gradient_features, activation, w0, node_activations,
-        skip_edges: options of :class:`~neuralgraph.nn.encoder.GraphEncoder`.
-            ``positional`` defaults to ``"neuron"``, or ``"layer"`` for ``symmetry = "np"``.
+        edge_features: ``F``, the width of ``graph.edge_attr`` (1 for MLPs, ``kh*kw`` for
+            convolutions); given by the data's GraphSpec. Goes to the encoder
+            (:class:`~neuralgraph.nn.encoder.GraphEncoder`), as do the options down to ``skip_edges``.
+        positional: the encoder's positional embedding, ``"neuron"`` (one per input neuron, per
+            output neuron and per hidden layer) or ``"layer"`` (one per layer). (default: ``None``,
+            ``"neuron"``, or ``"layer"`` for ``symmetry = "np"``, which allows no other)
+        fourier_features: random Fourier frequencies per lifted scalar (0: a linear lift).
+        fourier_scale: standard deviation of those frequencies.
+        max_layers: weight layers the encoder's embeddings and the heads' per-layer tables cover.
+        max_node_types: ``node_type`` embeddings of ``positional="neuron"``.
+        probe_features: learned probe points whose values at every neuron are node features
+            (:class:`~neuralgraph.nn.weight_features.WeightFeatureLift`; 0: none).
+        gradient_features: fixed points whose per-example gradients of every weight and bias are
+            pooled into edge and node features (0: none).
+        activation: the activation of the networks read (e.g. ``"sine"``, ``"relu"``), which probe
+            and gradient features run them with and ScaleGMN takes its scaling group from.
+        w0: SIREN's frequency ``w_0`` of those networks (``activation="sine"``).
+        node_activations: embed the graphs' ``activation`` field into node features (networks of
+            several activations in one dataset).
+        skip_edges: embed the graphs' ``edge_kind`` field into edge features (residual skips and
+            shortcuts); required for graphs that have such edges.
         checkpoint: recompute each layer of the stack in backward instead of keeping its
             intermediate tensors (:func:`recomputed`, on the dense and the general path): what stays
             between forward and backward is each layer's input, node and edge features
@@ -158,6 +224,23 @@ class Metanet(nn.Module):
     chunked: ClassVar[bool] = False
     # Constructor argument that hidden_dim must be a multiple of (e.g. "num_heads"), if any.
     hidden_dim_multiple_of: ClassVar[Optional[str]] = None
+    # What the config grids and benchmark plans read of an architecture (scripts/generate_dilation.py,
+    # neuralgraph.bench): declared here, beside the class, so that a registered architecture joins them all.
+    #: The k = 1 configuration of the dilation grid (``configs/dilation/<name>_k<k>.yaml``).
+    reference_config: ClassVar[Mapping[str, Any]] = {"hidden_dim": 64, "num_layers": 4, "dropout": 0.0}
+    #: Options beside the width in the budget-matched benchmark protocols (e.g. fewer heads, so
+    #: that the width moves in finer steps).
+    budget_options: ClassVar[Mapping[str, Any]] = {}
+    #: How far (relative) the nearest width's parameter count may be from a benchmark's budget:
+    #: wider for layers whose count moves in coarse steps per unit of width.
+    budget_tolerance: ClassVar[float] = 0.05
+    #: Whether the architecture reads general parameter graphs (normalisations, attention, residual
+    #: blocks; a transformer zoo); :meth:`spec_arguments` of one that does not refuses their spec.
+    reads_general_graphs: ClassVar[bool] = True
+    #: Much slower per epoch than the others, so benchmark plans run it last.
+    slow: ClassVar[bool] = False
+    # The constructor's arguments including those a subclass's **options forward here (help(GMN) lists them).
+    __signature__ = _ConstructorSignature()
 
     def __init__(
         self,
@@ -231,10 +314,12 @@ class Metanet(nn.Module):
         for layer in self.layers:
             layer.reset_parameters()
 
-    def context(self, graph: Graph, blocks: Optional[WeightBlocks] = None) -> GraphContext:
+    def context(self, graph: Graph, blocks: Optional[WeightBlocks] = None,
+                facts: Optional[GraphFacts] = None) -> GraphContext:
         """The :class:`~neuralgraph.nn.context.GraphContext` of ``graph`` for this metanet, built once per batch
-        and handed to :meth:`forward` and the heads; ``blocks``: the batch's weights, when it carries them."""
-        return self.encoder.context(graph, blocks)
+        and handed to :meth:`forward` and the heads; ``blocks``: the batch's weights, when it carries them;
+        ``facts``: its :class:`~neuralgraph.nn.context.GraphFacts`, when its builder read them (else read here)."""
+        return self.encoder.context(graph, blocks, facts)
 
     def forward(self, graph: Graph, context: Optional[GraphContext] = None) -> tuple[Tensor, Tensor]:
         """Node features ``[N, hidden_dim]`` and edge features ``[E, hidden_dim]`` of ``graph``.
@@ -321,7 +406,12 @@ class Metanet(nn.Module):
 
 
 class ResidualNorm(nn.Module):
-    r"""Post-norm residual: :math:`h' = \mathrm{LayerNorm}(h + \mathrm{Dropout}(\Delta h))`."""
+    r"""Post-norm residual: :math:`h' = \mathrm{LayerNorm}(h + \mathrm{Dropout}(\Delta h))`.
+
+    Args:
+        hidden_dim: width of ``h`` (the LayerNorm's).
+        dropout: dropout probability on the update :math:`\Delta h`.
+    """
 
     def __init__(self, hidden_dim: int, dropout: float = 0.0):
         super().__init__()
@@ -338,7 +428,17 @@ class ResidualNorm(nn.Module):
 def endpoint_sums(source: Sequence[Tensor], target: Sequence[Tensor], l: int, with_reverse: bool = False) -> Tensor:
     """``s_j + t_i`` for every edge ``j -> i`` of weight layer ``l``, broadcast from per-layer node blocks
     ``source``/``target`` ``[B, d_k, C]`` (nothing gathered): ``[B, d_{l+1}, d_l, C]``; ``with_reverse``:
-    ``[2, B, d_{l+1}, d_l, C]``, then the reverse edges ``i -> j`` at the place of their forward edge."""
+    ``[2, B, d_{l+1}, d_l, C]``, then the reverse edges ``i -> j`` at the place of their forward edge.
+
+    Args:
+        source: per node layer ``k``, the source terms ``s`` ``[B, d_k, C]``.
+        target: per node layer ``k``, the target terms ``t`` ``[B, d_k, C]``.
+        l: the weight layer, between node layers ``l`` and ``l + 1``.
+        with_reverse: also the sums of the reverse edges.
+
+    Returns:
+        ``[B, d_{l+1}, d_l, C]``, or ``[2, B, d_{l+1}, d_l, C]`` with ``with_reverse``.
+    """
     if not with_reverse:
         return target[l + 1][:, :, None] + source[l][:, None]
     # the node on the d_{l+1} axis is the target of a forward edge and the source of its reverse
@@ -347,12 +447,28 @@ def endpoint_sums(source: Sequence[Tensor], target: Sequence[Tensor], l: int, wi
 
 def node_rows(nodes: Sequence[Tensor]) -> tuple[Tensor, list[int]]:
     """Per-layer node blocks ``[B, d_k, C]`` as one ``[B, N, C]`` tensor (small: per-node maps run on it at once)
-    and the widths that split it back."""
+    and the widths that split it back.
+
+    Args:
+        nodes: per node layer ``k``, ``[B, d_k, C]``.
+
+    Returns:
+        ``([B, N, C], [d_0, d_1, ...])``.
+    """
     return torch.cat(list(nodes), dim=1), [block.shape[1] for block in nodes]
 
 
 def linear_add(x: Tensor, weight: Tensor, other: Tensor) -> Tensor:
-    """``x W^T + other`` in one ``addmm`` over the rows of any leading shape (``other`` has the output's)."""
+    """``x W^T + other`` in one ``addmm`` over the rows of any leading shape (``other`` has the output's).
+
+    Args:
+        x: ``[..., d_in]``.
+        weight: ``[d_out, d_in]``, as ``nn.Linear.weight``.
+        other: ``[..., d_out]``, added to the product.
+
+    Returns:
+        ``[..., d_out]``, the shape of ``other``.
+    """
     return torch.addmm(other.reshape(-1, other.shape[-1]), x.reshape(-1, x.shape[-1]), weight.t()).view(other.shape)
 
 
@@ -411,7 +527,18 @@ class EdgeTiles:
 
 def tile_terms(terms: Sequence[Tensor], l: int, graphs: slice, rows: slice, columns: slice) -> tuple[Tensor, Tensor]:
     """The per-node terms of the sources and targets of a tile of edge layer ``l`` (from ``terms[k]`` ``[B, d_k, C]``),
-    as node layers 0 and 1 of :func:`endpoint_sums`."""
+    as node layers 0 and 1 of :func:`endpoint_sums`.
+
+    Args:
+        terms: per node layer ``k``, ``[B, d_k, C]``.
+        l: the edge layer of the tile.
+        graphs: the tile's graphs (``B`` axis).
+        rows: the tile's targets, positions in node layer ``l + 1``.
+        columns: the tile's sources, positions in node layer ``l``.
+
+    Returns:
+        ``(sources [g, c, C], targets [g, r, C])``.
+    """
     return terms[l][graphs, columns], terms[l + 1][graphs, rows]
 
 
@@ -536,6 +663,9 @@ class FiLM(nn.Module):
 
     ``[gamma, beta] = W c + b``; used to let edge features (the weights) scale and shift the
     messages that travel along them.
+
+    Args:
+        hidden_dim: width of ``h`` and of the condition ``c``.
     """
 
     def __init__(self, hidden_dim: int):
@@ -552,7 +682,13 @@ class FiLM(nn.Module):
 
 
 class FeedForward(nn.Module):
-    r"""Transformer feed-forward block: :math:`x' = \mathrm{LN}(x + \mathrm{Dropout}(W_2\,\mathrm{SiLU}(W_1 x)))`."""
+    r"""Transformer feed-forward block: :math:`x' = \mathrm{LN}(x + \mathrm{Dropout}(W_2\,\mathrm{SiLU}(W_1 x)))`.
+
+    Args:
+        hidden_dim: width of ``x``.
+        dropout: dropout probability on the block's output, before the residual.
+        expansion: the hidden width is ``expansion * hidden_dim``.
+    """
 
     def __init__(self, hidden_dim: int, dropout: float = 0.0, expansion: int = 2):
         super().__init__()

@@ -50,7 +50,7 @@ from torch import Tensor, nn
 
 from neuralgraph.graph import EDGE_KINDS, WEIGHT_EDGE, Activation, Graph
 from neuralgraph.graph.scaling import check_group
-from neuralgraph.nn.context import GraphContext, WeightBlocks, graph_context
+from neuralgraph.nn.context import GraphContext, GraphFacts, WeightBlocks, context_facts, graph_context
 from neuralgraph.nn.weight_features import WeightFeatureLift
 
 POSITIONAL_MODES = ("neuron", "layer")
@@ -59,17 +59,31 @@ MAX_NODE_TYPES = 128
 
 
 class EncodedGraph(NamedTuple):
-    """Hidden node and edge features of a graph, and the :class:`~neuralgraph.nn.context.GraphContext` of its batch."""
+    """Hidden node and edge features of a graph, and the :class:`~neuralgraph.nn.context.GraphContext` of its batch.
+
+    Attributes:
+        node: ``[N, hidden_dim]``.
+        edge: ``[E or 2E, hidden_dim]`` (``2E`` with reverse edges).
+        context: the batch's structure.
+    """
 
     node: Tensor  # [N, hidden_dim]
     edge: Tensor  # [E or 2E, hidden_dim]
     context: GraphContext
 
 
-def check_index_range(name: str, index: Tensor, size: int, option: str) -> None:
-    """Raise a ValueError naming ``name`` when ``index`` does not fit an embedding of ``size``."""
-    if index.numel() and int(index.max()) >= size:
-        raise ValueError(f"graph field {name} reaches {int(index.max())} but {option}={size}; raise {option}")
+def check_index_range(name: str, largest: int, size: int, option: str) -> None:
+    """Raise a ValueError naming ``name`` when a field whose largest index is ``largest`` (a Python number: the
+    batch's :class:`~neuralgraph.nn.context.GraphFacts`, read on the CPU) does not fit an embedding of ``size``.
+
+    Args:
+        name: the graph field.
+        largest: its largest value.
+        size: rows of the embedding.
+        option: the constructor option that sets ``size``.
+    """
+    if largest >= size:
+        raise ValueError(f"graph field {name} reaches {largest} but {option}={size}; raise {option}")
 
 
 class ScalarLift(nn.Module):
@@ -79,6 +93,13 @@ class ScalarLift(nn.Module):
     mapped to :math:`[\sin(2\pi B v_f), \cos(2\pi B v_f)]` with a fixed random
     :math:`B \in \mathbb{R}^m \sim \mathcal{N}(0, \sigma^2)`, then linearly to ``hidden_dim``;
     this lets the metanetwork resolve small differences between weights.
+
+    Args:
+        in_features: ``F``, scalars per element.
+        hidden_dim: output channels.
+        fourier_features: ``m``, random frequencies per scalar (0: the linear lift).
+        fourier_scale: :math:`\sigma`, their standard deviation.
+        bias: whether the final linear map has a bias (not under a scaling group).
     """
 
     def __init__(self, in_features: int, hidden_dim: int, fourier_features: int = 0, fourier_scale: float = 10.0,
@@ -210,7 +231,8 @@ class GraphEncoder(nn.Module):
         zero biases of input neurons) keep the identity. Residual skip edges (``edge_kind``) are
         no weights and not counted.
         """
-        check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
+        check_index_range("edge_layer", int(graph.edge_layer.max()) if graph.num_edges else -1, self.max_layers,
+                          "max_layers")
         weight = getattr(graph, "edge_kind", torch.zeros_like(graph.edge_layer)) == WEIGHT_EDGE
         for values, layer, mean, std in ((graph.x[:, 0], graph.node_layer, self.node_mean, self.node_std),
                                          (graph.edge_attr[weight].flatten(1).mean(1), graph.edge_layer[weight],
@@ -224,37 +246,44 @@ class GraphEncoder(nn.Module):
             mean.copy_(torch.where(present, layer_mean, torch.zeros_like(layer_mean)).to(mean.dtype))
             std.copy_(torch.where(present, layer_std, torch.ones_like(layer_std)).to(std.dtype))
 
-    def context(self, graph: Graph, blocks: Optional[WeightBlocks] = None) -> GraphContext:
+    def context(self, graph: Graph, blocks: Optional[WeightBlocks] = None,
+                facts: Optional[GraphFacts] = None) -> GraphContext:
         """The :class:`~neuralgraph.nn.context.GraphContext` of ``graph`` with this encoder's reverse
-        edges, layer index and ``dense`` setting; ``blocks``: the batch's weights, when it carries them."""
-        return graph_context(graph, self.reverse_edges, self.layer_index, self.dense, blocks)
+        edges, layer index and ``dense`` setting; ``blocks``: the batch's weights, when it carries them;
+        ``facts``: its :class:`~neuralgraph.nn.context.GraphFacts`, when its builder read them."""
+        return graph_context(graph, self.reverse_edges, self.layer_index, self.dense, blocks, facts)
 
     def forward(self, graph: Graph, context: Optional[GraphContext] = None) -> EncodedGraph:
-        """Node and edge features of ``graph``; ``context``: its :meth:`context`, built here when not given."""
+        """Node and edge features of ``graph``; ``context``: its :meth:`context`, built here when not given.
+
+        The index fields are checked against the embeddings' sizes with the batch's
+        :class:`~neuralgraph.nn.context.GraphFacts` (``context.facts``), numbers read on the CPU: nothing
+        is read back from the graph's device."""
         edge_attr = graph.edge_attr
         if edge_attr.dim() != 2 or edge_attr.shape[1] != self.edge_features:
             raise ValueError(
                 f"graph field edge_attr has shape {tuple(edge_attr.shape)} but the encoder expects "
                 f"[E, {self.edge_features}]; set edge_features={edge_attr.shape[-1]}"
             )
+        if context is None:
+            context = self.context(graph)
+        elif self.reverse_edges != (context.reverse is not None) or (self.layer_index and context.layers is None):
+            raise ValueError(f"GraphEncoder(reverse_edges={self.reverse_edges}, layer_index={self.layer_index}) got a "
+                             "context built without them; build it with this encoder's context(graph)")
+        facts = context_facts(graph, context)
         if self.positional == "neuron":
-            check_index_range("node_type", graph.node_type, self.max_node_types, "max_node_types")
+            check_index_range("node_type", facts.max_node_type, self.max_node_types, "max_node_types")
             node_position = graph.node_type
         else:
-            check_index_range("node_layer", graph.node_layer, self.max_layers + 1, "max_layers + 1")
+            check_index_range("node_layer", len(facts.node_counts) - 1, self.max_layers + 1, "max_layers + 1")
             node_position = graph.node_layer
-        check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
+        check_index_range("edge_layer", facts.max_edge_layer, self.max_layers, "max_layers")
         x = graph.x
         if self.scaling is None:  # a shift would not commute with the scaling group
             x = x - self.node_mean[graph.node_layer, None]
             edge_attr = edge_attr - self.edge_mean[graph.edge_layer, None]
         x = x / self.node_std[graph.node_layer, None]
         edge_attr = edge_attr / self.edge_std[graph.edge_layer, None]
-        if context is None:
-            context = self.context(graph)
-        elif self.reverse_edges != (context.reverse is not None) or (self.layer_index and context.layers is None):
-            raise ValueError(f"GraphEncoder(reverse_edges={self.reverse_edges}, layer_index={self.layer_index}) got a "
-                             "context built without them; build it with this encoder's context(graph)")
         if self.reverse_edges:
             zeros = torch.zeros_like(edge_attr)
             edge_attr = torch.cat([torch.cat([edge_attr, zeros], 1), torch.cat([zeros, edge_attr], 1)])
@@ -263,7 +292,7 @@ class GraphEncoder(nn.Module):
         per_graph = context.widths is not None and not self.reverse_edges and self.edge_kind_embedding is None
         edge_layer = context.edge_layer[: context.num_edges // context.num_graphs] if per_graph else context.edge_layer
         node_position, edge_position = self.node_position(node_position), self.edge_position(edge_layer)
-        node_position, edge_position = self._structure_embeddings(graph, node_position, edge_position)
+        node_position, edge_position = self._structure_embeddings(graph, facts, node_position, edge_position)
         rows = edge.shape
         if per_graph:
             edge = edge.view(context.num_graphs, -1, rows[-1])
@@ -274,30 +303,32 @@ class GraphEncoder(nn.Module):
             edge = edge * edge_position
         edge = edge.view(rows)
         if self.weight_features is not None:
-            node_term, edge_term = self.weight_features(graph, context.blocks)
+            node_term, edge_term = self.weight_features(graph, context.blocks, facts)
             if node_term is not None:
                 node = node + node_term
             if edge_term is not None:
                 edge = edge + (torch.cat([edge_term, edge_term]) if self.reverse_edges else edge_term)
         return EncodedGraph(node, edge, context)
 
-    def _structure_embeddings(self, graph: Graph, node_position: Tensor, edge_position: Tensor) -> tuple[Tensor, Tensor]:
-        """Positional embeddings plus those of ``activation`` and ``edge_kind`` (see the module docstring)."""
+    def _structure_embeddings(self, graph: Graph, facts: GraphFacts, node_position: Tensor,
+                              edge_position: Tensor) -> tuple[Tensor, Tensor]:
+        """Positional embeddings plus those of ``activation`` and ``edge_kind`` (see the module docstring);
+        ``facts``: the batch's :class:`~neuralgraph.nn.context.GraphFacts`, which the fields are checked with."""
         kind = getattr(graph, "edge_kind", None)
         if self.edge_kind_embedding is None:
-            if kind is not None and bool((kind != WEIGHT_EDGE).any()):
+            if facts.skip_edges:
                 raise ValueError("graph field edge_kind marks residual skip or shortcut edges, which this encoder cannot "
                                  "tell from weights; build the metanet with skip_edges=True")
         else:
             kind = torch.zeros_like(graph.edge_layer) if kind is None else kind
-            check_index_range("edge_kind", kind, len(EDGE_KINDS), "len(EDGE_KINDS)")
+            check_index_range("edge_kind", facts.max_edge_kind or 0, len(EDGE_KINDS), "len(EDGE_KINDS)")
             edge_position = edge_position + self.edge_kind_embedding(torch.cat([kind, kind]) if self.reverse_edges else kind)
         if self.activation_embedding is not None:
             activation = getattr(graph, "activation", None)
             if activation is None:
                 raise ValueError("graph has no field activation (module_to_graph and make-cnn-zoo graphs carry it); "
                                  "build the metanet with node_activations=False")
-            check_index_range("activation", activation, len(Activation), "len(Activation)")
+            check_index_range("activation", facts.max_activation, len(Activation), "len(Activation)")
             node_position = node_position + self.activation_embedding(activation)
         return node_position, edge_position
 

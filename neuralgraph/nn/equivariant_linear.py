@@ -56,6 +56,11 @@ class WeightSpace(NamedTuple):
 
     General path: rows ordered as in a :class:`LayerIndex`. Dense path: ``nodes[k]`` is
     ``[B, d_k, width_k]`` and ``edges[l]`` is ``[B, d_{l+1}, d_l, C]``.
+
+    Attributes:
+        nodes: ``nodes[k]`` ``[n_k, width_k]``, the states of node layer ``k``.
+        edges: ``edges[l]`` ``[m_l, C]``, the edges between node layers ``l`` and ``l + 1``.
+        graph: ``[B, width]`` per-graph state, or ``None``.
     """
 
     nodes: list[Tensor]  # nodes[k]: [n_k, width_k], the states of node layer k
@@ -68,25 +73,61 @@ def to_slots(values: Tensor, site: Tensor, slot: Tensor, num_sites: int, num_slo
 
     Turns a set of fixed (unpermuted) neurons into channels; every (site, slot) pair must occur
     at most once, so the scatter sum only places values.
+
+    Args:
+        values: ``[K, C]`` rows to place.
+        site: ``[K]`` the site (row of the result) of each row.
+        slot: ``[K]`` its slot within the site.
+        num_sites: rows of the result.
+        num_slots: slots per site.
+
+    Returns:
+        ``[num_sites, num_slots * C]``, zero where no row was placed.
     """
     placed = scatter(values, site * num_slots + slot, 0, num_sites * num_slots, "sum")
     return placed.view(num_sites, num_slots * values.shape[1])
 
 
 def from_slots(folded: Tensor, site: Tensor, slot: Tensor, channels: int) -> Tensor:
-    """Inverse of :func:`to_slots`: row ``k`` is slot ``slot[k]`` of ``folded[site[k]]``."""
+    """Inverse of :func:`to_slots`: row ``k`` is slot ``slot[k]`` of ``folded[site[k]]``.
+
+    Args:
+        folded: ``[num_sites, num_slots * C]``.
+        site: ``[K]`` the site of each row to read.
+        slot: ``[K]`` its slot.
+        channels: ``C``.
+
+    Returns:
+        ``[K, C]``.
+    """
     return folded.view(folded.shape[0], -1, channels)[site, slot]
 
 
 def restrict(index: LayerIndex, first: int, last: int) -> LayerIndex:
-    """``index`` for node layers ``first..last`` and the edge layers between them."""
+    """``index`` for node layers ``first..last`` and the edge layers between them.
+
+    Args:
+        index: a batch's layer index.
+        first: the first node layer kept.
+        last: the last node layer kept.
+
+    Returns:
+        The restricted :class:`~neuralgraph.nn.context.LayerIndex`.
+    """
     nodes, edges = slice(first, last + 1), slice(first, last)
     return LayerIndex(index.nodes[nodes], index.node_graph[nodes], index.position[nodes], index.edges[edges],
-                      index.source_row[edges], index.target_row[edges], index.edge_graph[edges], index.depths)
+                      index.source_row[edges], index.target_row[edges], index.edge_graph[edges], index.depths,
+                      index.widths[nodes])
 
 
 def check_fixed(inputs: int, outputs: int, fixed: tuple[int, int]) -> None:
-    """Graphs with ``inputs``/``outputs`` neurons fit the positions ``fixed = (max_inputs, max_outputs)``."""
+    """Graphs with ``inputs``/``outputs`` neurons fit the positions ``fixed = (max_inputs, max_outputs)``.
+
+    Args:
+        inputs: the most input neurons of a graph of the batch.
+        outputs: the most output neurons.
+        fixed: ``(max_inputs, max_outputs)``; a ValueError names the one exceeded.
+    """
     for name, count, limit in (("input", inputs, fixed[0]), ("output", outputs, fixed[1])):
         if count > limit:
             raise ValueError(f"a graph has {count} {name} neurons but the layer keeps "
@@ -100,13 +141,22 @@ def fold(x: Tensor, edge_attr: Tensor, index: LayerIndex, num_graphs: int,
     ``fixed = (max_inputs, max_outputs)`` (hidden-neuron group): inputs and outputs folded into
     channels, the space covers hidden layers ``1..L-1``. ``None`` (NP group): layers ``0..L`` as
     they are.
+
+    Args:
+        x: node features ``[N, C]``.
+        edge_attr: edge features ``[E, C]``.
+        index: the batch's :class:`~neuralgraph.nn.context.LayerIndex`.
+        num_graphs: graphs in the batch.
+        fixed: ``(max_inputs, max_outputs)``, or ``None``.
+
+    Returns:
+        The folded :class:`WeightSpace`.
     """
     L = len(index.edges)
     if fixed is None:
         return WeightSpace([x[ids] for ids in index.nodes], [edge_attr[ids] for ids in index.edges], None)
     max_inputs, max_outputs = fixed
-    check_fixed(*(int(position.max()) + 1 if position.numel() else 0 for position in (index.position[0],
-                                                                                        index.position[L])), fixed)
+    check_fixed(index.widths[0], index.widths[L], fixed)
     first, last = 0, L - 1
     rows = to_slots(edge_attr[index.edges[first]], index.target_row[first], index.position[0][index.source_row[first]],
                     len(index.nodes[1]), max_inputs)
@@ -122,7 +172,19 @@ def fold(x: Tensor, edge_attr: Tensor, index: LayerIndex, num_graphs: int,
 
 def unfold(space: WeightSpace, index: LayerIndex, fixed: Optional[tuple[int, int]], channels: int, num_nodes: int,
            num_edges: int) -> tuple[Tensor, Tensor]:
-    """Inverse of :func:`fold`: node features ``[num_nodes, C]`` and edge features ``[num_edges, C]``."""
+    """Inverse of :func:`fold`: node features ``[num_nodes, C]`` and edge features ``[num_edges, C]``.
+
+    Args:
+        space: a folded :class:`WeightSpace`.
+        index: the batch's :class:`~neuralgraph.nn.context.LayerIndex`.
+        fixed: the ``fixed`` it was folded with.
+        channels: ``C``.
+        num_nodes: ``N``.
+        num_edges: ``E``.
+
+    Returns:
+        ``(x [N, C], edge_attr [E, C])``.
+    """
     C, L = channels, len(index.edges)
     permuted = range(L + 1) if fixed is None else range(1, L)
     x = space.nodes[0].new_empty(num_nodes, C)
@@ -148,6 +210,15 @@ def dense_fold(x: Tensor, edge_attr: Tensor, widths: Sequence[int], fixed: Optio
 
     Slot ``p`` of a folded input/output neuron holds channels ``[p C, (p + 1) C)``, as in
     :func:`to_slots`; slots past the graph's neurons are zero.
+
+    Args:
+        x: node rows ``[B N, C]``.
+        edge_attr: edge rows ``[B E, C]``.
+        widths: the layout ``(d_0, ..., d_L)``.
+        fixed: ``(max_inputs, max_outputs)``, or ``None``.
+
+    Returns:
+        The folded :class:`WeightSpace` of dense blocks.
     """
     C, L = x.shape[1], len(widths) - 1
     sizes = [d_in * d_out for d_in, d_out in zip(widths, widths[1:])]
@@ -170,7 +241,16 @@ def dense_fold(x: Tensor, edge_attr: Tensor, widths: Sequence[int], fixed: Optio
 
 
 def zero_channels(state: Tensor, start: int, stop: int) -> Tensor:
-    """``state`` with channels ``[start, stop)`` set to zero (a copy; ``state`` itself when the range is empty)."""
+    """``state`` with channels ``[start, stop)`` set to zero (a copy; ``state`` itself when the range is empty).
+
+    Args:
+        state: ``[..., width]``.
+        start: first channel zeroed.
+        stop: channel after the last one zeroed.
+
+    Returns:
+        ``[..., width]``.
+    """
     if stop <= start:
         return state
     return torch.cat([state[..., :start], state.new_zeros(*state.shape[:-1], stop - start), state[..., stop:]], dim=-1)
@@ -179,7 +259,17 @@ def zero_channels(state: Tensor, start: int, stop: int) -> Tensor:
 def dense_refold(space: WeightSpace, widths: Sequence[int], fixed: Optional[tuple[int, int]],
                  channels: int) -> WeightSpace:
     """``dense_fold(*dense_unfold(space))`` without unfolding: the folded input/output slots past the
-    graphs' neurons (which a layer's output fills) set back to zero, every other tensor as it is."""
+    graphs' neurons (which a layer's output fills) set back to zero, every other tensor as it is.
+
+    Args:
+        space: a dense folded :class:`WeightSpace`, a layer's output.
+        widths: the layout ``(d_0, ..., d_L)``.
+        fixed: ``(max_inputs, max_outputs)``, or ``None`` (then ``space`` is returned).
+        channels: ``C``.
+
+    Returns:
+        The :class:`WeightSpace` with the empty slots zero.
+    """
     if fixed is None:
         return space
     C, (max_inputs, max_outputs), (d_0, d_L) = channels, fixed, (widths[0], widths[-1])
@@ -194,7 +284,17 @@ def dense_refold(space: WeightSpace, widths: Sequence[int], fixed: Optional[tupl
 
 def dense_unfold(space: WeightSpace, widths: Sequence[int], fixed: Optional[tuple[int, int]],
                  channels: int) -> tuple[Tensor, Tensor]:
-    """Inverse of :func:`dense_fold`: node features ``[B N, C]`` and edge features ``[B E, C]``."""
+    """Inverse of :func:`dense_fold`: node features ``[B N, C]`` and edge features ``[B E, C]``.
+
+    Args:
+        space: a dense folded :class:`WeightSpace`.
+        widths: the layout ``(d_0, ..., d_L)``.
+        fixed: the ``fixed`` it was folded with.
+        channels: ``C``.
+
+    Returns:
+        ``(x [B N, C], edge_attr [B E, C])``.
+    """
     C, L = channels, len(widths) - 1
     nodes = [state[..., :C] for state in space.nodes]
     edges = list(space.edges)
@@ -225,6 +325,13 @@ class TermMixer(nn.Module):
       blocks (DWS's weight-to-* and bias-to-* blocks), each with its own matrices and bias,
       initialised as DWS (Xavier normal times :math:`\sqrt{2\,\text{fan-in}/\text{fan-out}}`, tiny
       bias); the sum is normalised by ``scale = 1 / (number of parameter matrices)``.
+
+    Args:
+        sources: per source (``"self"``, ``"target"``, ``"source"``, ``"graph"``), its terms in order,
+            each ``(kind, width)`` with kind ``"edge"`` or ``"node"`` (the input it pools).
+        out_width: width of the output.
+        parameterisation: ``"terms"`` or ``"blocks"``.
+        scale: the factor ``s`` of the sum.
     """
 
     def __init__(self, sources: dict[str, list[Term]], out_width: int, parameterisation: str, scale: float = 1.0):
@@ -518,10 +625,29 @@ class WeightSpaceMetanet(Metanet):
     must have exactly it; ``max_layers`` sizes the encoder's embeddings, as for every metanet.
     ``max_inputs``/``max_outputs`` are the input/output positions a ``"hidden"`` model keeps
     apart (default 2 and 1, the project's INRs); an ``"np"`` model permutes them and takes neither.
+
+    Args:
+        hidden_dim: channels of every weight and bias (node and edge features).
+        num_layers: number of :class:`~neuralgraph.nn.equivariant_linear.EquivariantLinear` layers
+            (ReLU between them, none after the last).
+        dropout: dropout probability after each activation.
+        num_weight_layers: depth ``L`` of the networks read; every graph must have exactly ``L``
+            weight layers, and the layers' per-layer parameters are sized for it. (default: ``3``,
+            the project's INRs; ``build_metanet(..., spec=spec)`` fills it in)
+        max_inputs: input positions a ``"hidden"`` model tells apart (default ``2``); an ``"np"``
+            model permutes inputs and takes ``0``.
+        max_outputs: output positions a ``"hidden"`` model tells apart (default ``1``); ``0`` for
+            ``"np"``.
+        **encoder_options: keyword-only, passed on to :class:`~neuralgraph.nn.base.Metanet`, which
+            documents each: ``edge_features``, ``positional``, ``fourier_features``, ``fourier_scale``,
+            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``activation``,
+            ``w0``, ``node_activations``, ``skip_edges`` (the encoder's) and ``checkpoint``;
+            ``edge_chunk`` is accepted and has no effect (the layers run whole), ``edge_dtype`` is refused.
     """
 
     uses_layer_index = True
     parameterisation: ClassVar[str] = "terms"
+    reads_general_graphs = False  # chains of layers of one depth (spec_arguments refuses others)
 
     def __init__(
         self,

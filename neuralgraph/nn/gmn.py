@@ -169,9 +169,20 @@ class GMN(Metanet):
     ``checkpoint`` and ``edge_chunk`` (:class:`~neuralgraph.nn.base.Metanet`) bound the memory of a
     large graph: with both, a layer keeps its input (``E x hidden_dim`` floats of edges) and
     one chunk's intermediates, for two more forward passes of the edge maps in backward.
+
+    Args:
+        hidden_dim: width of node and edge features.
+        num_layers: number of :class:`GMNLayer` s.
+        dropout: dropout probability on each layer's node and edge updates.
+        **options: keyword-only, passed on to :class:`~neuralgraph.nn.base.Metanet`, which documents
+            each: ``edge_features``, ``positional``, ``fourier_features``, ``fourier_scale``,
+            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``activation``,
+            ``w0``, ``node_activations``, ``skip_edges`` (the encoder's) and the memory options ``checkpoint``, ``edge_chunk``,
+            ``edge_dtype``.
     """
 
     chunked = True
+    reference_config = {"hidden_dim": 128, "num_layers": 4, "dropout": 0.0}
 
     def __init__(self, hidden_dim: int = 128, num_layers: int = 4, dropout: float = 0.0, **options):
         super().__init__(hidden_dim, num_layers, dropout, **options)

@@ -28,16 +28,31 @@ from torch_geometric.utils import scatter
 
 from neuralgraph.graph import Graph, GraphConversionError, common_layout, graph_to_blocks
 from neuralgraph.graph.scaling import check_group, scaling_invariant
-from neuralgraph.nn.context import GraphContext, WeightBlocks, edge_blocks, graph_context, node_blocks
+from neuralgraph.nn.context import GraphContext, WeightBlocks, context_facts, edge_blocks, graph_context, node_blocks
 from neuralgraph.nn.encoder import MAX_LAYERS, check_index_range
 from neuralgraph.nn.ensemble import merge_ensemble
 
 
 def two_layer_mlp(in_dim: int, hidden_dim: int, out_dim: int) -> nn.Sequential:
+    """``Linear, SiLU, Linear``.
+
+    Args:
+        in_dim: input width.
+        hidden_dim: hidden width.
+        out_dim: output width.
+
+    Returns:
+        The ``nn.Sequential``.
+    """
     return nn.Sequential(nn.Linear(in_dim, hidden_dim), nn.SiLU(), nn.Linear(hidden_dim, out_dim))
 
 
 def reset_mlp(mlp: nn.Sequential) -> None:
+    """Re-initialise every ``nn.Linear`` of ``mlp``.
+
+    Args:
+        mlp: an ``nn.Sequential``.
+    """
     for module in mlp:
         if isinstance(module, nn.Linear):
             module.reset_parameters()
@@ -54,6 +69,13 @@ class InvariantReadout(nn.Module):
     Pooling whole layers makes the output invariant to permutations of the neurons within any
     layer, while the per-layer slots keep depth information. With ``scaling``, hidden neurons'
     and all edges' features are replaced by their invariants :math:`\kappa(\cdot)` before pooling.
+
+    Args:
+        hidden_dim: width of the node and edge features read.
+        out_dim: width of the output ``y``.
+        max_layers: weight layers pooled (``2 max_layers + 1`` slots).
+        mlp_dim: hidden width of the MLP (default: ``hidden_dim``).
+        scaling: ``None``, ``"sign"`` or ``"scale"``: the group of the features read.
     """
 
     def __init__(self, hidden_dim: int, out_dim: int, max_layers: int = MAX_LAYERS, mlp_dim: int | None = None,
@@ -74,8 +96,8 @@ class InvariantReadout(nn.Module):
     def forward(self, graph: Graph, node_features: Tensor, edge_features: Tensor,
                 context: Optional[GraphContext] = None) -> Tensor:
         """``[B, out_dim]`` for a batch of ``B`` graphs; ``context``: the batch's, built here when not given."""
-        check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
         context = graph_context(graph, dense=False) if context is None else context
+        check_index_range("edge_layer", context_facts(graph, context).max_edge_layer, self.max_layers, "max_layers")
         B, node_graph = context.num_graphs, context.batch
         if self.scaling is not None:
             hidden = context.hidden.unsqueeze(-1)
@@ -129,6 +151,14 @@ class WeightDecoder(nn.Module):
     :class:`~neuralgraph.nn.context.WeightBlocks` where its context has them, else read back from the
     graph by ``node_layer``/``node_index`` (:func:`~neuralgraph.graph.decode.graph_to_blocks`), never by
     storage order. Decoding needs one layout per batch, and MLP graphs (one feature per edge).
+
+    Args:
+        hidden_dim: width of the node and edge features read.
+        k: output networks (``members`` says how they relate).
+        max_layers: weight layers with a scale :math:`s_l`.
+        init_scale: initial value of every :math:`s_l`.
+        scaling: ``None``, ``"sign"`` or ``"scale"``: the group of the features read.
+        members: ``"independent"``, ``"coupled"`` or ``"tied"`` (above).
     """
 
     def __init__(self, hidden_dim: int, k: int = 1, max_layers: int = MAX_LAYERS, init_scale: float = 1e-2,
@@ -191,7 +221,7 @@ class WeightDecoder(nn.Module):
                 f"WeightDecoder decodes MLP graphs; edge_attr has {graph.edge_attr.shape[-1]} features per edge"
             )
         context = graph_context(graph, dense=False) if context is None else context
-        check_index_range("edge_layer", graph.edge_layer, self.max_layers, "max_layers")
+        check_index_range("edge_layer", context_facts(graph, context).max_edge_layer, self.max_layers, "max_layers")
         edge_delta, node_delta = self.deltas(node_features, edge_features)
         coupled = self.cross_scale is not None
         if coupled:

@@ -2,7 +2,7 @@
 neurons of each layer, interleaved with exchanges along the weights between layers."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -10,13 +10,54 @@ from torch.nn import functional as F
 from torch_geometric.utils import scatter, to_dense_batch
 
 from neuralgraph.nn.base import EdgeUpdate, FeedForward, Metanet, MetanetLayer, ResidualNorm, check_heads, node_rows
+from neuralgraph.nn.context import GraphContext, GraphFacts
 from neuralgraph.nn.registry import register_metanet
 
 
-def layer_groups(node_layer: Tensor, batch: Tensor) -> Tensor:
-    """Consecutive id of each node's ``(graph, layer)`` group."""
-    key = batch * (int(node_layer.max()) + 1) + node_layer
-    return torch.unique(key, return_inverse=True)[1]
+def layer_groups(node_layer: Tensor, batch: Tensor, facts: Optional[GraphFacts] = None) -> Tensor:
+    """Consecutive id of each node's ``(graph, layer)`` group, in the order of ``(graph, layer)``.
+
+    With the batch's ``facts`` (:class:`~neuralgraph.nn.context.GraphFacts`) the ids are the ranks of the
+    occupied ``(graph, layer)`` slots, computed on the device without reading anything back; without them
+    ``torch.unique`` finds the groups.
+
+    Args:
+        node_layer: ``[N]`` layer of each node.
+        batch: ``[N]`` graph of each node.
+        facts: the batch's graph facts, if its builder read them.
+
+    Returns:
+        ``[N]`` long.
+    """
+    if facts is None:
+        key = batch * (int(node_layer.max()) + 1) + node_layer
+        return torch.unique(key, return_inverse=True)[1]
+    key = batch * len(facts.node_counts) + node_layer
+    occupied = torch.zeros(facts.num_graphs * len(facts.node_counts), dtype=torch.long, device=key.device)
+    occupied.index_fill_(0, key, 1)
+    return (occupied.cumsum(0) - 1)[key]
+
+
+def padded_groups(values: Tensor, groups: Tensor, facts: GraphFacts) -> tuple[Tensor, Tensor, Tensor]:
+    """``values`` ``[N, C]`` of nodes sorted by group (``groups`` sorted, from :func:`layer_groups`) padded to
+    ``[G, width, C]`` (``G = facts.layer_groups``, ``width = facts.largest_group``), the ``[G, width]`` mask of
+    the real members and each row's place in the flattened ``[G * width]``: ``to_dense_batch`` with every size
+    taken from ``facts``, nothing read back from the device.
+
+    Args:
+        values: ``[N, C]``.
+        groups: ``[N]`` sorted group ids.
+        facts: the batch's graph facts.
+
+    Returns:
+        ``(dense [G, width, C], mask [G, width], place [N])``.
+    """
+    count, width = facts.layer_groups, facts.largest_group
+    sizes = torch.zeros(count, dtype=torch.long, device=groups.device).index_add_(0, groups, torch.ones_like(groups))
+    place = groups * width + torch.arange(len(groups), device=groups.device) - (sizes.cumsum(0) - sizes)[groups]
+    dense = values.new_zeros(count * width, values.shape[-1]).index_copy_(0, place, values)
+    mask = torch.zeros(count * width, dtype=torch.bool, device=groups.device).index_fill_(0, place, True)
+    return dense.view(count, width, -1), mask.view(count, width), place
 
 
 class NeuronAttentionLayer(MetanetLayer):
@@ -51,6 +92,11 @@ class NeuronAttentionLayer(MetanetLayer):
 
     context = ("node_layer", "batch")
 
+    def context_arguments(self, context: GraphContext) -> dict[str, Any]:
+        """``node_layer``, ``batch`` and the batch's :class:`~neuralgraph.nn.context.GraphFacts`, which size
+        the attention groups."""
+        return {**super().context_arguments(context), "facts": context.facts}
+
     def __init__(self, hidden_dim: int, num_heads: int = 4, dropout: float = 0.0):
         super().__init__()
         check_heads(hidden_dim, num_heads)
@@ -76,17 +122,23 @@ class NeuronAttentionLayer(MetanetLayer):
             module.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, node_layer: Tensor,
-                batch: Tensor) -> tuple[Tensor, Tensor]:
-        """``node_layer``/``batch``: layer and graph of each node (attention runs within each pair)."""
+                batch: Tensor, facts: Optional[GraphFacts] = None) -> tuple[Tensor, Tensor]:
+        """``node_layer``/``batch``: layer and graph of each node (attention runs within each pair);
+        ``facts``: the batch's :class:`~neuralgraph.nn.context.GraphFacts`, which size the groups (else the
+        groups are found on the tensors, reading their sizes back)."""
         src, dst = edge_index
         incoming = scatter(edge_attr, dst, 0, x.shape[0], "mean")
         outgoing = scatter(edge_attr, src, 0, x.shape[0], "mean")
         x = self.exchange(x, incoming, outgoing)
         projected = self.projected(x)
-        groups = layer_groups(node_layer, batch)
+        groups = layer_groups(node_layer, batch, facts)
         order = torch.argsort(groups, stable=True)
-        dense, mask = to_dense_batch(projected[order], groups[order])
-        rows = self.attend(dense, mask)[mask]
+        if facts is None:
+            dense, mask = to_dense_batch(projected[order], groups[order])
+            rows = self.attend(dense, mask)[mask]
+        else:
+            dense, mask, place = padded_groups(projected[order], groups[order], facts)
+            rows = self.attend(dense, mask).flatten(0, 1)[place]
         attended = torch.empty_like(rows)  # rows' dtype: bfloat16 under autocast, unlike x
         attended[order] = rows
         x = self.node_update(x, attended)
@@ -128,9 +180,23 @@ class NeuronAttentionLayer(MetanetLayer):
 
 @register_metanet("nft")
 class NFT(Metanet):
-    """Neural Functional Transformer: a stack of :class:`NeuronAttentionLayer` s."""
+    """Neural Functional Transformer: a stack of :class:`NeuronAttentionLayer` s.
+
+    Args:
+        hidden_dim: width of node and edge features, a multiple of ``num_heads``.
+        num_layers: number of :class:`NeuronAttentionLayer` s.
+        dropout: dropout probability on the exchanges, the attention and the feed-forward block.
+        num_heads: heads of the self-attention among the neurons of a layer; each attends with
+            ``hidden_dim // num_heads`` channels.
+        **encoder_options: keyword-only, passed on to :class:`~neuralgraph.nn.base.Metanet`, which
+            documents each: ``edge_features``, ``positional``, ``fourier_features``, ``fourier_scale``,
+            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``activation``,
+            ``w0``, ``node_activations``, ``skip_edges`` (the encoder's) and ``checkpoint``;
+            ``edge_chunk`` is accepted and has no effect (the layers run whole), ``edge_dtype`` is refused.
+    """
 
     hidden_dim_multiple_of = "num_heads"
+    budget_options = {"num_heads": 2}  # the width then moves in steps of 2
 
     def __init__(
         self, hidden_dim: int = 64, num_layers: int = 4, dropout: float = 0.0, num_heads: int = 4, **encoder_options

@@ -19,8 +19,8 @@ from neuralgraph.nn.registry import register_metanet
 
 AGGREGATORS = ("mean", "min", "max", "std")
 SCALERS = ("identity", "amplification", "attenuation")
-# How the statistics of a node's messages (sum, sum of squares, minimum, maximum) combine over chunks of
-# edges, and their value over no edges.
+#: How the statistics of a node's messages (sum, sum of squares, minimum, maximum) combine over chunks of
+#: edges, and their value over no edges.
 STATISTICS = ((torch.add, 0.0), (torch.add, 0.0), (torch.minimum, math.inf), (torch.maximum, -math.inf))
 
 
@@ -29,9 +29,17 @@ def layout_degree_histogram(layout: Layout) -> Tensor:
 
     PNA's degree scalers normalise by the average log-degree of the training graphs; a
     representative layout fixes it (:attr:`GraphSpec.degree_histogram` of one such graph).
+
+    Args:
+        layout: the layer widths.
+
+    Returns:
+        ``[max degree + 1]`` long, on the CPU.
     """
-    weights = [torch.zeros(d_out, d_in) for d_in, d_out in zip(layout[:-1], layout[1:])]
-    return torch.tensor(GraphSpec.of(mlp_to_graph(weights, [torch.zeros(d) for d in layout[1:]])).degree_histogram)
+    with torch.device("cpu"):  # a fact about the layout, whatever device the model is built on
+        weights = [torch.zeros(d_out, d_in) for d_in, d_out in zip(layout[:-1], layout[1:])]
+        graph = mlp_to_graph(weights, [torch.zeros(d) for d in layout[1:]])
+    return torch.tensor(GraphSpec.of(graph).degree_histogram, device="cpu")
 
 
 class NGGNNLayer(MessagePassing, MetanetLayer):
@@ -206,14 +214,23 @@ class NGGNNLayer(MessagePassing, MetanetLayer):
         std = variance.clamp(min=1e-5).sqrt()
         values = {"mean": mean, "min": minimum, "max": maximum, "std": std.masked_fill(std <= math.sqrt(1e-5), 0.0)}
         out = torch.cat([values[name] for name in AGGREGATORS], dim=-1)
-        degree, average = torch.as_tensor(count, dtype=out.dtype, device=out.device), self.aggr_module.avg_deg_log
+        # a number is filled in on the device (copying it from the host would wait for the device)
+        degree = count.to(out.dtype) if isinstance(count, Tensor) else out.new_full((), count)
+        average = self.aggr_module.avg_deg_log
         scale = {"identity": None, "amplification": torch.log(degree + 1) / average,
                  "attenuation": average / torch.log(degree + 1)}
         return torch.cat([out if scale[name] is None else out * scale[name] for name in SCALERS], dim=-1)
 
 
 def combine_statistics(parts: Iterable[Sequence[Tensor]]) -> tuple[Tensor, ...]:
-    """The statistics (:data:`STATISTICS`) of the union of the message sets whose statistics are ``parts``."""
+    """The statistics (:data:`STATISTICS`) of the union of the message sets whose statistics are ``parts``.
+
+    Args:
+        parts: per message set, its statistics in the order of :data:`STATISTICS`.
+
+    Returns:
+        The statistics of the union.
+    """
     combined = None
     for part in parts:
         combined = tuple(part) if combined is None else tuple(
@@ -226,16 +243,31 @@ class NGGNN(Metanet):
     """Neural Graphs GNN: :class:`NGGNNLayer` s on the parameter graph with reverse edges.
 
     PNA's scalers are normalised by ``degree_histogram``, the training graphs' histogram of node
-    degrees (:attr:`~neuralgraph.graph.spec.GraphSpec.degree_histogram`, which
+    degrees (``degree_histogram`` of :class:`~neuralgraph.graph.spec.GraphSpec`, which
     ``build_metanet("ng_gnn", spec=spec)`` passes); without it, by that of ``degree_layout``.
 
     ``checkpoint`` and ``edge_chunk`` (:class:`~neuralgraph.nn.base.Metanet`) bound the memory of a
     large graph: with both, a layer keeps its input (``2E x hidden_dim`` floats: every edge and
     its reverse) and one chunk's intermediates, for two more forward passes of the edge maps in backward.
+
+    Args:
+        hidden_dim: width of node and edge features.
+        num_layers: number of :class:`NGGNNLayer` s.
+        dropout: dropout probability on each layer's node and edge updates.
+        degree_layout: the layout whose parameter graph's degree histogram normalises PNA's
+            scalers when ``degree_histogram`` is not given (:func:`layout_degree_histogram`).
+        degree_histogram: counts of nodes per degree in the training graphs (with reverse
+            edges), ``GraphSpec.degree_histogram``; ``build_metanet(..., spec=spec)`` fills it in.
+        **options: keyword-only, passed on to :class:`~neuralgraph.nn.base.Metanet`, which documents
+            each: ``edge_features``, ``positional``, ``fourier_features``, ``fourier_scale``,
+            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``activation``,
+            ``w0``, ``node_activations``, ``skip_edges`` (the encoder's) and the memory options ``checkpoint``, ``edge_chunk``,
+            ``edge_dtype``.
     """
 
     chunked = True
     uses_reverse_edges = True
+    slow = True  # about 1 min an epoch on one thread on the generalization zoo
 
     def __init__(
         self,
@@ -247,9 +279,9 @@ class NGGNN(Metanet):
         **options,
     ):
         super().__init__(hidden_dim, num_layers, dropout, **options)
-        if degree_histogram is not None:
-            deg = torch.tensor(list(degree_histogram), dtype=torch.long)
-            if deg.dim() != 1 or len(deg) < 2 or (deg < 0).any() or deg[1:].sum() == 0:
+        if degree_histogram is not None:  # PNA reads its statistics on the CPU, on any device the model is built on
+            deg = torch.tensor(list(degree_histogram), dtype=torch.long, device="cpu")
+            if deg.dim() != 1 or len(deg) < 2 or bool((deg < 0).any()) or int(deg[1:].sum()) == 0:
                 raise ValueError(f"ng_gnn degree_histogram={list(degree_histogram)[:8]}: expected counts of nodes per "
                                  "degree with some node of degree >= 1")
         else:

@@ -6,6 +6,8 @@ from typing import Callable, Optional
 from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.base import Metanet
 
+#: The registered metanetworks by name (``@register_metanet``), which ``build_metanet`` and the configs'
+#: ``metanet`` field select from.
 METANETS: dict[str, type[Metanet]] = {}
 #: Baselines built by name like the metanetworks (``metanet: statnn`` in a config) but kept out of
 #: :data:`METANETS`, so that suites and benchmarks over the message-passing architectures leave them out.
@@ -13,7 +15,14 @@ BASELINES: dict[str, type[Metanet]] = {}
 
 
 def register_metanet(name: str) -> Callable[[type[Metanet]], type[Metanet]]:
-    """Class decorator adding a :class:`Metanet` subclass to :data:`METANETS` under ``name``."""
+    """Class decorator adding a :class:`Metanet` subclass to :data:`METANETS` under ``name``.
+
+    Args:
+        name: the registry name (``metanet: name`` in a config); taken names are refused.
+
+    Returns:
+        The decorator, which sets ``cls.name`` and returns ``cls`` unchanged.
+    """
 
     def decorator(cls: type[Metanet]) -> type[Metanet]:
         if not (isinstance(cls, type) and issubclass(cls, Metanet)):
@@ -28,7 +37,14 @@ def register_metanet(name: str) -> Callable[[type[Metanet]], type[Metanet]]:
 
 
 def register_baseline(name: str) -> Callable[[type[Metanet]], type[Metanet]]:
-    """Class decorator adding a :class:`Metanet` subclass to :data:`BASELINES` under ``name``."""
+    """Class decorator adding a :class:`Metanet` subclass to :data:`BASELINES` under ``name``.
+
+    Args:
+        name: the registry name; names of :data:`METANETS` and taken baseline names are refused.
+
+    Returns:
+        The decorator, which sets ``cls.name`` and returns ``cls`` unchanged.
+    """
 
     def decorator(cls: type[Metanet]) -> type[Metanet]:
         if not (isinstance(cls, type) and issubclass(cls, Metanet)):
@@ -43,7 +59,14 @@ def register_baseline(name: str) -> Callable[[type[Metanet]], type[Metanet]]:
 
 
 def metanet_class(name: str) -> type[Metanet]:
-    """The class registered as ``name`` (a metanetwork or a baseline); ValueError listing the known names otherwise."""
+    """The class registered as ``name`` (a metanetwork or a baseline); ValueError listing the known names otherwise.
+
+    Args:
+        name: a key of :data:`METANETS` or :data:`BASELINES`.
+
+    Returns:
+        The registered class.
+    """
     if name in METANETS:
         return METANETS[name]
     if name in BASELINES:
@@ -57,6 +80,14 @@ def build_metanet(name: str, spec: Optional[GraphSpec] = None, **cfg) -> Metanet
     With ``spec`` (the data's :class:`~neuralgraph.graph.spec.GraphSpec`) the arguments it
     determines (``Metanet.spec_arguments``) are filled in; ``cfg`` restating one of them with
     another value is a ValueError naming it.
+
+    Args:
+        name: the registry name (:func:`metanet_class`).
+        spec: the data's graph facts, or ``None`` to take ``cfg`` as it is.
+        **cfg: constructor arguments of the architecture (its class docstring lists them).
+
+    Returns:
+        The new metanetwork.
     """
     cls = metanet_class(name)
     if spec is None:

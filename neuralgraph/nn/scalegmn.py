@@ -19,7 +19,7 @@ encoder's reverse edges.
 """
 from __future__ import annotations
 
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 from torch import Tensor, nn
@@ -28,18 +28,32 @@ from torch_geometric.utils import scatter
 from neuralgraph.graph import Activation
 from neuralgraph.graph.scaling import check_group, scaling_invariant
 from neuralgraph.nn.base import Metanet, MetanetLayer
+from neuralgraph.nn.context import GraphContext
 from neuralgraph.nn.registry import register_metanet
 from neuralgraph.nn.weight_features import check_activation
 
 
 def normed_mlp(in_dim: int, hidden_dim: int) -> nn.Sequential:
-    """Linear, LayerNorm, SiLU, Linear: for invariants, or for the unscaled input/output neurons."""
+    """Linear, LayerNorm, SiLU, Linear: for invariants, or for the unscaled input/output neurons.
+
+    Args:
+        in_dim: input width.
+        hidden_dim: hidden and output width.
+
+    Returns:
+        The ``nn.Sequential``.
+    """
     return nn.Sequential(nn.Linear(in_dim, hidden_dim), nn.LayerNorm(hidden_dim), nn.SiLU(),
                          nn.Linear(hidden_dim, hidden_dim))
 
 
 class EquivariantNorm(nn.Module):
-    """RMS norm with a learned gain under the sign group (odd); identity under the scale group."""
+    """RMS norm with a learned gain under the sign group (odd); identity under the scale group.
+
+    Args:
+        hidden_dim: width of the features.
+        scaling: ``"sign"`` or ``"scale"``.
+    """
 
     def __init__(self, hidden_dim: int, scaling: str):
         super().__init__()
@@ -60,6 +74,10 @@ class EdgeGate(nn.Module):
         \phi = W_2\,\mathrm{SiLU}\big(\mathrm{LN}(W_e \kappa(e) + W_s \kappa(h_\text{src}) + W_t \kappa(h_\text{dst}) + c)\big)
 
     The first layer is split by part, so node terms are projected once per node, not per edge.
+
+    Args:
+        hidden_dim: width of node and edge features and of the gate.
+        scaling: the group whose invariants :math:`\kappa` the gate reads (``"sign"``: ``|.|``).
     """
 
     def __init__(self, hidden_dim: int, scaling: str):
@@ -92,6 +110,11 @@ class ScaleMessage(nn.Module):
     ``e`` scales by ``q_dst / q_src`` along a forward edge, so ``e h_src`` scales by ``q_dst``. A
     backward edge under the scale group carries ``q_src / q_dst`` instead; its message is then
     :math:`(B h_\text{dst}) \odot \phi(\cdot)`, the receiver's own features gated by invariants.
+
+    Args:
+        hidden_dim: width of node and edge features.
+        scaling: ``"sign"`` or ``"scale"``.
+        uses_edge: multiply by :math:`A e` (``False``: the backward message under the scale group).
     """
 
     def __init__(self, hidden_dim: int, scaling: str, uses_edge: bool = True):
@@ -130,9 +153,23 @@ class ScaleGMNLayer(MetanetLayer):
     with :math:`\kappa` applied to each part of :math:`v_i` separately, :math:`m` a
     :class:`ScaleMessage` and ``N`` an :class:`EquivariantNorm`. General path only
     (``forward_dense`` is ``None``): a ScaleGMN runs on feature rows for every batch.
+
+    Args:
+        hidden_dim: width of node and edge features.
+        scaling: ``"sign"`` or ``"scale"``.
+        bidirectional: also the backward messages :math:`M^{\leftarrow}` (over reverse edges).
+        dropout: dropout probability on the node and edge updates.
     """
 
     context = ("hidden", "node_layer")
+
+    def context_arguments(self, context: GraphContext) -> dict[str, Any]:
+        """``hidden``, ``node_layer`` and, where the batch's :class:`~neuralgraph.nn.context.GraphFacts` are
+        known (the metanet checks with them that every edge of the graphs goes forward), ``num_edges``."""
+        arguments = super().context_arguments(context)
+        if context.facts is not None:
+            arguments["num_edges"] = context.num_edges
+        return arguments
 
     def __init__(self, hidden_dim: int, scaling: str = "sign", bidirectional: bool = False, dropout: float = 0.0):
         super().__init__()
@@ -158,21 +195,38 @@ class ScaleGMNLayer(MetanetLayer):
                 module.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, hidden: Tensor,
-                node_layer: Tensor) -> tuple[Tensor, Tensor]:
+                node_layer: Tensor, num_edges: Optional[int] = None) -> tuple[Tensor, Tensor]:
         """``hidden``: ``[N]`` bool, the hidden neurons; ``node_layer``: tells forward edges (to a
-        later layer) from reverse ones, whatever their order."""
+        later layer) from reverse ones, whatever their order; ``num_edges``: how many edges go forward,
+        as the metanet knows it (its graph's edges, each with its reverse when bidirectional; it checks
+        that they all go forward once per batch, :meth:`ScaleGMN.stack`); without it the edges are counted
+        here, reading the count back from their device."""
         src, dst = edge_index
         num_nodes = x.shape[0]
         forward = node_layer[dst] > node_layer[src]
-        if not self.bidirectional and not bool(forward.all()):
-            raise ValueError("ScaleGMNLayer(bidirectional=False) got reverse edges; use bidirectional=True")
-        if self.bidirectional and len(src) and bool(forward.all()):
-            raise ValueError("ScaleGMNLayer(bidirectional=True) needs the encoder's reverse edges (uses_reverse_edges)")
-        parts = [x, scatter(self.forward_message(x, edge_attr[forward], src[forward], dst[forward]), dst[forward], 0,
+        if num_edges is None:
+            if not self.bidirectional and not bool(forward.all()):
+                raise ValueError("ScaleGMNLayer(bidirectional=False) got reverse edges; use bidirectional=True")
+            if self.bidirectional and len(src) and bool(forward.all()):
+                raise ValueError("ScaleGMNLayer(bidirectional=True) needs the encoder's reverse edges "
+                                 "(uses_reverse_edges)")
+            forward_rows = forward.nonzero().flatten()
+            backward_rows = (~forward).nonzero().flatten()
+        elif self.bidirectional:  # the forward edges first, each group in its own order (as a mask selects)
+            order = torch.argsort((~forward).to(torch.uint8), stable=True)
+            forward_rows, backward_rows = order[:num_edges], order[num_edges:]
+        else:
+            forward_rows = backward_rows = None  # every edge goes forward
+
+        def select(rows: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+            return (edge_attr, src, dst) if rows is None else (edge_attr[rows], src[rows], dst[rows])
+
+        forward_edges, forward_src, forward_dst = select(forward_rows)
+        parts = [x, scatter(self.forward_message(x, forward_edges, forward_src, forward_dst), forward_dst, 0,
                             num_nodes, "mean")]
         if self.backward_message is not None:
-            back = ~forward
-            parts.append(scatter(self.backward_message(x, edge_attr[back], src[back], dst[back]), dst[back], 0,
+            back_edges, back_src, back_dst = select(backward_rows)
+            parts.append(scatter(self.backward_message(x, back_edges, back_src, back_dst), back_dst, 0,
                                  num_nodes, "mean"))
         v = torch.cat(parts, dim=-1)
         gate = self.node_gate(torch.cat([scaling_invariant(p, self.scaling) for p in parts], dim=-1))
@@ -195,9 +249,22 @@ class ScaleGMN(Metanet):
     must be that group. The encoder lifts hidden neurons' biases and every weight multiplicatively
     (see :class:`~neuralgraph.nn.encoder.GraphEncoder`'s ``scaling``) and the heads must be built
     with the same group: :meth:`~neuralgraph.nn.base.Metanet.decoder` and ``readout`` build them so.
+
+    Args:
+        hidden_dim: width of node and edge features.
+        num_layers: number of :class:`ScaleGMNLayer` s.
+        dropout: dropout probability inside the layers.
+        scaling: the scaling group, ``"sign"`` or ``"scale"``, checked against ``activation``'s;
+            ``None`` (default) takes ``activation``'s.
+        **encoder_options: keyword-only, passed on to :class:`~neuralgraph.nn.base.Metanet`, which
+            documents each: ``edge_features``, ``positional``, ``fourier_features``, ``fourier_scale``,
+            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``activation``,
+            ``w0``, ``node_activations``, ``skip_edges`` (the encoder's) and ``checkpoint``;
+            ``edge_chunk`` is accepted and has no effect (the layers run whole), ``edge_dtype`` is refused.
     """
 
     scaling: ClassVar[str] = "sign"
+    reads_general_graphs = False  # every edge must go to a later layer
 
     def __new__(cls, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0,
                 scaling: Optional[str] = None, **encoder_options):
@@ -222,10 +289,32 @@ class ScaleGMN(Metanet):
         self.layers.extend(ScaleGMNLayer(hidden_dim, self.scaling, self.uses_reverse_edges, dropout)
                            for _ in range(num_layers))
 
+    def stack(self, node: Tensor, edge: Tensor, context: GraphContext) -> tuple[Tensor, Tensor]:
+        """The layers, once the batch's :class:`~neuralgraph.nn.context.GraphFacts` say that every edge of its
+        graphs goes to a later layer: the layers then take the first ``num_edges`` of the encoder's edge rows
+        as the forward edges without counting them."""
+        if context.facts is not None and not context.facts.forward_edges:
+            raise ValueError(f"{type(self).__name__} reads parameter graphs whose every edge goes to a later layer; "
+                             "this graph has an edge to the same or an earlier layer")
+        return super().stack(node, edge, context)
+
 
 @register_metanet("scalegmn_b")
 class ScaleGMNB(ScaleGMN):
-    """ScaleGMN-B: :class:`ScaleGMN` that also sends messages backward, over the encoder's reverse edges."""
+    """ScaleGMN-B: :class:`ScaleGMN` that also sends messages backward, over the encoder's reverse edges.
+
+    Args:
+        hidden_dim: width of node and edge features.
+        num_layers: number of :class:`ScaleGMNLayer` s.
+        dropout: dropout probability inside the layers.
+        scaling: the scaling group, ``"sign"`` or ``"scale"``, checked against ``activation``'s;
+            ``None`` (default) takes ``activation``'s.
+        **encoder_options: keyword-only, passed on to :class:`~neuralgraph.nn.base.Metanet`, which
+            documents each: ``edge_features``, ``positional``, ``fourier_features``, ``fourier_scale``,
+            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``activation``,
+            ``w0``, ``node_activations``, ``skip_edges`` (the encoder's) and ``checkpoint``;
+            ``edge_chunk`` is accepted and has no effect (the layers run whole), ``edge_dtype`` is refused.
+    """
 
     uses_reverse_edges = True
 

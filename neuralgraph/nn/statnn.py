@@ -46,8 +46,10 @@ from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.base import Metanet
 from neuralgraph.nn.context import (
     GraphContext,
+    GraphFacts,
     WeightBlocks,
     graph_context,
+    graph_facts,
     node_graph_index,
     num_graphs,
 )
@@ -61,12 +63,22 @@ STATISTICS = 2 + len(QUANTILES)  # mean, variance, quantiles
 def group_statistics(values: Tensor, group: Tensor, groups: int, allow_empty: bool = False) -> Tensor:
     """``[groups, 7]``: mean, unbiased variance and the 0/25/50/75/100% quantiles (linear interpolation,
     as ``torch.quantile``) of the ``values`` of each group; every group must have a value, or, with
-    ``allow_empty``, an empty group's statistics are 0."""
-    count = torch.bincount(group, minlength=groups)
+    ``allow_empty``, an empty group's statistics are 0 (and nothing is read back from the values' device).
+
+    Args:
+        values: ``[n]`` values.
+        group: ``[n]`` the group of each value.
+        groups: number of groups.
+        allow_empty: let groups without values be (zero statistics).
+
+    Returns:
+        ``[groups, 7]``.
+    """
+    count = torch.zeros(groups, dtype=torch.long, device=group.device).index_add_(0, group, torch.ones_like(group))
     empty = count == 0
-    if bool(empty.any()) and not allow_empty:
+    if not allow_empty and bool(empty.any()):
         raise ValueError(f"StatNN: group {int(empty.nonzero()[0])} has no value")
-    if bool(empty.all()):
+    if values.numel() == 0:
         return values.new_zeros(groups, STATISTICS)
     n = count.clamp(min=1).to(values.dtype)
     mean = scatter(values, group, 0, groups, "sum") / n
@@ -92,6 +104,14 @@ def graph_statistics(graph: Graph, layer_features: Optional[Sequence[int]], weig
     Weights are the first ``layer_features[l]`` features of the weight edges into layer ``l + 1``
     (skip and shortcut edges are not weights of a layer); biases are ``x[:, 0]`` of layer ``l + 1``'s
     neurons. Errors name the field: a graph of another depth, a layer without edges.
+
+    Args:
+        graph: parameter graphs of chains (a ``Data`` or a ``Batch``).
+        layer_features: real edge features per weight layer, or ``None`` for all of ``edge_attr``.
+        weight_layers: the networks' depth.
+
+    Returns:
+        ``[B, 14 * weight_layers]``.
     """
     B = num_graphs(graph)
     node_graph = node_graph_index(graph)
@@ -116,32 +136,84 @@ def graph_statistics(graph: Graph, layer_features: Optional[Sequence[int]], weig
     return torch.cat(features, dim=1)
 
 
-def general_graph_statistics(graph: Graph, weight_layers: int) -> Tensor:
+def block_statistics(blocks: WeightBlocks, layer_features: Optional[Sequence[int]], weight_layers: int) -> Tensor:
+    """:func:`graph_statistics` of a batch that carries its :class:`~neuralgraph.nn.context.WeightBlocks`: each
+    layer's weights and biases are one ``[B, n]`` row per network, so the statistics are row reductions and a
+    sort, of sizes known from the blocks' shapes (nothing read back from their device).
+
+    Args:
+        blocks: the batch's weights and biases.
+        layer_features: real edge features per weight layer, or ``None`` for all.
+        weight_layers: the networks' depth.
+
+    Returns:
+        ``[B, 14 * weight_layers]``.
+    """
+    if len(blocks.weights) != weight_layers:
+        raise ValueError(f"StatNN: built for networks of {weight_layers} weight layers, but a graph has "
+                         f"{len(blocks.weights)}")
+    features = []
+    for l, (weight, bias) in enumerate(zip(blocks.weights, blocks.biases)):
+        width = weight.shape[-1] if layer_features is None else layer_features[l]
+        if width > weight.shape[-1]:
+            raise ValueError(f"StatNN: layer_features[{l}]={width}, but the graphs' edge_attr has "
+                             f"{weight.shape[-1]} features")
+        for values in (weight[..., :width].flatten(1), bias):
+            n = values.shape[1]
+            mean = values.mean(1)
+            var = (values - mean[:, None]).square().sum(1) / max(n - 1, 1)
+            ordered = values.sort(1).values
+            quantiles = []
+            for q in QUANTILES:
+                position = q * (n - 1)
+                low = int(position)
+                below, above = ordered[:, low], ordered[:, min(low + 1, n - 1)]
+                quantiles.append(below + (position - low) * (above - below))
+            features.append(torch.stack([mean, var, *quantiles], dim=1))
+    return torch.cat(features, dim=1)
+
+
+def general_graph_statistics(graph: Graph, weight_layers: int, facts: Optional[GraphFacts] = None) -> Tensor:
     """``[B, 14 * weight_layers]`` for graphs beyond a chain (module docstring): per node layer
     ``l + 1``, the statistics of its parameter edges (each group of one kind to its last nonzero
-    feature) and of its biases; zeros where a network has no such layer or it has no edges."""
+    feature) and of its biases; zeros where a network has no such layer or it has no edges.
+
+    The values outside every group (structural edges, padding, input neurons) go to one extra group,
+    left out at the end, so that every tensor has a size the graph's shape gives: with the batch's
+    ``facts`` (:class:`~neuralgraph.nn.context.GraphFacts`, else read here) nothing is read back.
+
+    Args:
+        graph: general parameter graphs (a ``Data`` or a ``Batch``).
+        weight_layers: the largest depth the model reads.
+        facts: the batch's graph facts, if its builder read them.
+
+    Returns:
+        ``[B, 14 * weight_layers]``.
+    """
     B = num_graphs(graph)
     node_graph = node_graph_index(graph)
-    depth = scatter(graph.node_layer, node_graph, 0, B, "max")
-    if bool((depth > weight_layers).any()):
+    depth = max((graph_facts(graph) if facts is None else facts).depths, default=0)
+    if depth > weight_layers:
         raise ValueError(f"StatNN: built for networks of at most {weight_layers} weight layers, but a graph has "
-                         f"{int(depth[depth > weight_layers][0])}")
+                         f"{depth}")
     kind = getattr(graph, "edge_kind", None)
     kind = torch.zeros_like(graph.edge_layer) if kind is None else kind
-    keep = ~torch.isin(kind, torch.tensor(STRUCTURAL_EDGE_KINDS, device=kind.device))
-    attr, layer, kind = graph.edge_attr[keep], graph.edge_layer[keep], kind[keep]
-    slot = node_graph[graph.edge_index[1, keep]] * weight_layers + layer  # (graph, layer)
-    group = slot * len(EDGE_KINDS) + kind  # (graph, layer, kind): one feature width each
+    keep = torch.ones_like(kind, dtype=torch.bool)
+    for structural in STRUCTURAL_EDGE_KINDS:  # compared with numbers: no tensor copied to the device
+        keep &= kind != structural
+    attr, layer = graph.edge_attr, graph.edge_layer
+    outside = B * weight_layers  # the extra group
+    slot = node_graph[graph.edge_index[1]] * weight_layers + layer  # (graph, layer)
+    group = torch.where(keep, slot * len(EDGE_KINDS) + kind, outside * len(EDGE_KINDS))  # (graph, layer, kind)
     columns = torch.arange(attr.shape[1], device=attr.device)
     last = torch.where(attr != 0, columns, -1).amax(1)
-    width = scatter(last, group, 0, B * weight_layers * len(EDGE_KINDS), "max") + 1
-    real = columns < width[group][:, None]
-    values = attr[real]
-    slots = slot[:, None].expand_as(real)[real]
-    weights = group_statistics(values, slots, B * weight_layers, allow_empty=True).view(B, weight_layers, -1)
+    width = scatter(last, group, 0, (outside + 1) * len(EDGE_KINDS), "max") + 1
+    real = (columns < width[group][:, None]) & keep[:, None]
+    slots = torch.where(real, slot[:, None], outside).flatten()
+    weights = group_statistics(attr.flatten(), slots, outside + 1, allow_empty=True)[:outside].view(B, weight_layers, -1)
     hidden = graph.node_layer > 0
-    node_slot = node_graph[hidden] * weight_layers + graph.node_layer[hidden] - 1
-    biases = group_statistics(graph.x[hidden, 0], node_slot, B * weight_layers, allow_empty=True)
+    node_slot = torch.where(hidden, node_graph * weight_layers + graph.node_layer - 1, outside)
+    biases = group_statistics(graph.x[:, 0], node_slot, outside + 1, allow_empty=True)[:outside]
     return torch.cat([weights, biases.view(B, weight_layers, -1)], dim=2).flatten(1)
 
 
@@ -150,6 +222,11 @@ class StatisticsInput(nn.Module):
 
     Stands where a metanetwork's :class:`~neuralgraph.nn.encoder.GraphEncoder` stands, so that the
     task's ``normalize_inputs`` callback (``encoder.set_input_statistics``) standardises it.
+
+    Args:
+        layer_features: real edge features per weight layer, or ``None`` for every feature.
+        weight_layers: the networks' depth (the largest, with ``general``).
+        general: read general parameter graphs (:func:`general_graph_statistics`).
     """
 
     def __init__(self, layer_features: Optional[Sequence[int]], weight_layers: int, general: bool = False):
@@ -165,9 +242,14 @@ class StatisticsInput(nn.Module):
     def size(self) -> int:
         return self.mean.numel()
 
-    def statistics(self, graph: Graph) -> Tensor:
+    def statistics(self, graph: Graph, blocks: Optional[WeightBlocks] = None,
+                   facts: Optional[GraphFacts] = None) -> Tensor:
+        """``[B, 14 * weight_layers]``: from the batch's ``blocks`` when it carries them (a chain), else from the
+        graph (with its ``facts``, :class:`~neuralgraph.nn.context.GraphFacts`, when given)."""
         if self.general:
-            return general_graph_statistics(graph, self.weight_layers)
+            return general_graph_statistics(graph, self.weight_layers, facts)
+        if blocks is not None:
+            return block_statistics(blocks, self.layer_features, self.weight_layers)
         return graph_statistics(graph, self.layer_features, self.weight_layers)
 
     @torch.no_grad()
@@ -179,8 +261,8 @@ class StatisticsInput(nn.Module):
         self.mean.copy_(values.mean(0))
         self.std.copy_(values.std(0).clamp(min=1e-12))
 
-    def forward(self, graph: Graph) -> Tensor:
-        return (self.statistics(graph) - self.mean) / self.std
+    def forward(self, graph: Graph, blocks: Optional[WeightBlocks] = None, facts: Optional[GraphFacts] = None) -> Tensor:
+        return (self.statistics(graph, blocks, facts) - self.mean) / self.std
 
 
 @register_baseline("statnn")
@@ -239,14 +321,15 @@ class StatNN(Metanet):
             if isinstance(module, nn.Linear):
                 module.reset_parameters()
 
-    def context(self, graph: Graph, blocks: Optional[WeightBlocks] = None) -> GraphContext:
-        return graph_context(graph, dense=False)
+    def context(self, graph: Graph, blocks: Optional[WeightBlocks] = None,
+                facts: Optional[GraphFacts] = None) -> GraphContext:
+        return graph_context(graph, dense=False, blocks=blocks, facts=facts)
 
     def forward(self, graph: Graph, context: Optional[GraphContext] = None) -> tuple[Tensor, Tensor]:
         """The MLP's ``[B, hidden_dim]`` output, as the features of every node ``[N, hidden_dim]`` and
         every edge ``[E, hidden_dim]`` of its network."""
         context = self.context(graph) if context is None else context
-        h = self.mlp(self.encoder(graph))
+        h = self.mlp(self.encoder(graph, context.blocks, context.facts))
         return h[context.batch], h[context.batch[graph.edge_index[1]]]
 
     @classmethod

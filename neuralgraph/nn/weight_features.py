@@ -34,12 +34,17 @@ from torch_geometric.utils import scatter
 
 from neuralgraph.graph import Activation, Graph, GraphConversionError, Layout, common_layout
 from neuralgraph.graph.scaling import scaling_invariant
-from neuralgraph.nn.context import WeightBlocks, batch_mlps, node_graph_index
+from neuralgraph.nn.context import GraphFacts, WeightBlocks, batch_mlps, graph_facts, node_graph_index
 
 ACTIVATIONS = (Activation.SINE.value, Activation.TANH.value, Activation.RELU.value)  # the ones _forward runs
 
 
 def check_activation(activation: str) -> None:
+    """ValueError unless ``activation`` is one the traces implement.
+
+    Args:
+        activation: ``"sine"``, ``"tanh"`` or ``"relu"``.
+    """
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation={activation!r}: expected one of {ACTIVATIONS}")
 
@@ -58,6 +63,10 @@ class MLPTrace(NamedTuple):
     """Per layer ``l = 0..L`` the values ``a_l`` ``[B, P, d_l]`` and backprop signals ``delta_l``.
 
     ``deltas[0]`` is the signal at the inputs (``W_1^T delta_1``), kept for completeness.
+
+    Attributes:
+        activations: ``activations[l]`` ``[B, P, d_l]``, the values ``a_l`` (``a_0``: the points).
+        deltas: ``deltas[l]`` ``[B, P, d_l]``, the signals ``delta_l`` of the summed output.
     """
 
     activations: list[Tensor]
@@ -74,6 +83,10 @@ def trace_mlp(weights: Sequence[Tensor], biases: Sequence[Tensor], points: Tenso
         points: ``[P, d_0]`` shared by all networks, or ``[B, P, d_0]``.
         activation: ``"sine"`` (``sin(w0 z)``, SIREN), ``"tanh"`` or ``"relu"``; the last layer
             is linear.
+        w0: SIREN's frequency, for ``"sine"``.
+
+    Returns:
+        The :class:`MLPTrace` of the summed output.
     """
     check_activation(activation)
     if weights[0].dim() != 3:
@@ -104,7 +117,12 @@ def trace_mlp(weights: Sequence[Tensor], biases: Sequence[Tensor], points: Tenso
 
 
 def _layer_offsets(layout: Sequence[int], device) -> Tensor:
-    return torch.tensor([0, *layout], device=device).cumsum(0)[:-1]
+    """The first column of each node layer, filled in on ``device`` number by number: a tensor copied from
+    the host would make the host wait for the device."""
+    offsets = [0]
+    for width in layout[:-1]:
+        offsets.append(offsets[-1] + width)
+    return torch.stack([torch.full((), offset, dtype=torch.long, device=device) for offset in offsets])
 
 
 def _node_rows(graph: Graph, layout: Layout) -> Tensor:
@@ -132,7 +150,18 @@ def _graph_trace(graph: Graph, points: Tensor, activation: str, w0: float,
 def probe_features(graph: Graph, points: Tensor, activation: str = "sine", w0: float = 30.0,
                    blocks: Optional[WeightBlocks] = None) -> Tensor:
     """``[N, P]``: each neuron's value ``a_l(x_p)`` at the probe points (inputs: the points); ``blocks``: the
-    batch's weights, when it carries them."""
+    batch's weights, when it carries them.
+
+    Args:
+        graph: MLP parameter graphs (a ``Data`` or a ``Batch``).
+        points: ``[P, d_0]`` probe inputs.
+        activation: the networks' activation (:func:`trace_mlp`).
+        w0: SIREN's frequency, for ``"sine"``.
+        blocks: the batch's :class:`~neuralgraph.nn.context.WeightBlocks`, if it carries them.
+
+    Returns:
+        ``[N, P]``.
+    """
     return _graph_trace(graph, points, activation, w0, blocks)[0]
 
 
@@ -142,6 +171,10 @@ class GradientFeatures(NamedTuple):
     ``edge``: ``[E, P]``, the gradient w.r.t. each weight, :math:`\\delta_i(x_p) a_j(x_p)` for the
     edge ``j -> i``. ``node``: ``[N, P]``, the gradient w.r.t. each bias, :math:`\\delta_i(x_p)`
     (input neurons: the gradient w.r.t. the input coordinate).
+
+    Attributes:
+        edge: ``[E, P]``, per-point gradients of the weights.
+        node: ``[N, P]``, per-point gradients of the biases.
     """
 
     edge: Tensor
@@ -149,7 +182,17 @@ class GradientFeatures(NamedTuple):
 
 
 def gradient_features(graph: Graph, points: Tensor, activation: str = "sine", w0: float = 30.0) -> GradientFeatures:
-    """Closed-form per-example gradients of every network of ``graph`` at ``points``."""
+    """Closed-form per-example gradients of every network of ``graph`` at ``points``.
+
+    Args:
+        graph: MLP parameter graphs (a ``Data`` or a ``Batch``).
+        points: ``[P, d_0]`` points.
+        activation: the networks' activation (:func:`trace_mlp`).
+        w0: SIREN's frequency, for ``"sine"``.
+
+    Returns:
+        The :class:`GradientFeatures`, aligned with the graph's edges and nodes.
+    """
     values, deltas = _graph_trace(graph, points, activation, w0)
     src, dst = graph.edge_index
     return GradientFeatures(deltas[dst] * values[src], deltas)
@@ -160,6 +203,11 @@ class ProbePoints(nn.Module):
 
     Neural Graphs learns its probe inputs (initialised the same way); ``learn=False`` keeps
     them as a buffer, e.g. the points of a fixed gradient data set.
+
+    Args:
+        num_points: ``P``.
+        in_features: ``d_0``, the networks' input width.
+        learn: a parameter (``True``) or a buffer.
     """
 
     def __init__(self, num_points: int, in_features: int = 2, learn: bool = True):
@@ -184,9 +232,8 @@ class ProbePoints(nn.Module):
         return self.points
 
 
-def _group_rms(values: Tensor, group: Tensor, eps: float = 1e-12) -> Tensor:
-    """``values`` ``[M, P]`` divided by the root mean square over the rows of its ``group``."""
-    count = int(group.max()) + 1 if group.numel() else 0
+def _group_rms(values: Tensor, group: Tensor, count: int, eps: float = 1e-12) -> Tensor:
+    """``values`` ``[M, P]`` divided by the root mean square over the rows of its ``group`` (ids below ``count``)."""
     mean_square = scatter(values.pow(2).mean(1), group, 0, count, "mean")
     return values / mean_square.clamp_min(eps).sqrt()[group, None]
 
@@ -205,6 +252,12 @@ class PointSetPool(nn.Module):
     and ``y`` flips with ``g``). The softmax over points makes ``y`` invariant to reordering the
     points. Like GradMetaNet++ the pooling weights are attention computed from the points
     themselves; here one linear score per head keeps memory at ``O(E P H)``.
+
+    Args:
+        context: context scalars per point and element (``c_p``).
+        hidden_dim: width of the output ``y``.
+        heads: attention heads ``H``.
+        scaling: ``None``, or ``"sign"`` for a metanetwork equivariant to sign flips.
     """
 
     def __init__(self, context: int, hidden_dim: int, heads: int = 8, scaling: Optional[str] = None):
@@ -264,9 +317,11 @@ class WeightFeatureLift(nn.Module):
             if module is not None:
                 module.reset_parameters()
 
-    def forward(self, graph: Graph, blocks: Optional[WeightBlocks] = None) -> tuple[Optional[Tensor], Optional[Tensor]]:
+    def forward(self, graph: Graph, blocks: Optional[WeightBlocks] = None,
+                facts: Optional[GraphFacts] = None) -> tuple[Optional[Tensor], Optional[Tensor]]:
         """Terms to add to the node ``[N, d]`` and edge ``[E, d]`` features (``None``: no such feature);
-        ``blocks``: the batch's weights, when it carries them (else they are decoded from ``graph``)."""
+        ``blocks``: the batch's weights, when it carries them (else they are decoded from ``graph``);
+        ``facts``: its :class:`~neuralgraph.nn.context.GraphFacts` (else read from ``graph``)."""
         node = edge = None
         if self.probe_points is not None:
             node = self.probe_lift(probe_features(graph, self.probe_points(graph), self.activation, self.w0, blocks))
@@ -274,9 +329,11 @@ class WeightFeatureLift(nn.Module):
             values, deltas = _graph_trace(graph, self.gradient_points(graph), self.activation, self.w0, blocks)
             src, dst = graph.edge_index
             graphs = node_graph_index(graph)
-            num_layers = int(graph.node_layer.max()) + 1
-            grads = _group_rms(deltas[dst] * values[src], graphs[dst] * num_layers + graph.edge_layer)
-            deltas = _group_rms(deltas, graphs * num_layers + graph.node_layer)
+            facts = graph_facts(graph) if facts is None else facts
+            num_layers = len(facts.node_counts)
+            groups = facts.num_graphs * num_layers
+            grads = _group_rms(deltas[dst] * values[src], graphs[dst] * num_layers + graph.edge_layer, groups)
+            deltas = _group_rms(deltas, graphs * num_layers + graph.node_layer, groups)
             edge = self.edge_gradients(grads, torch.stack([deltas[dst], values[src]], -1))
             lifted = self.node_gradients(deltas, values.unsqueeze(-1))
             node = lifted if node is None else node + lifted

@@ -55,6 +55,13 @@ class CanonicalForm:
     neuron without canonical scaling). ``scalings[l-1]`` (``None`` without ``group``) are the
     per-neuron scalings applied before ordering, indexed like the input's neurons:
     ``permute_mlp(*rescale_mlp(weights, biases, scalings), perms)`` is the result.
+
+    Attributes:
+        weights: per layer, the canonical network's weights.
+        biases: per layer, its biases.
+        perms: per hidden layer, the order applied.
+        unresolved: ``True`` where a tie (or a neuron without canonical scaling) is unresolved.
+        scalings: per hidden layer, the scalings applied first (``None`` without ``group``).
     """
 
     weights: list[Tensor]
@@ -68,6 +75,12 @@ def lexsort_rows(keys: Tensor) -> Tensor:
     """Per batch entry, the order sorting the rows of ``keys`` ``[B, d, K]`` lexicographically.
 
     Stable argsorts from the least to the most significant column: ``[B, d]``.
+
+    Args:
+        keys: ``[B, d, K]`` rows to sort, column 0 the most significant.
+
+    Returns:
+        ``[B, d]`` the order.
     """
     B, d, K = keys.shape
     order = torch.arange(d, device=keys.device).expand(B, d)
@@ -84,6 +97,16 @@ def canonicalize(weights: Sequence[Tensor], biases: Sequence[Tensor], on_tie: st
     The result computes the same function, and is identical for every hidden permutation of
     the input unless ``unresolved`` (see the module docstring for the exact key); with
     ``group="sign"``/``"scale"``, for every permutation combined with sign flips/rescalings.
+
+    Args:
+        weights: per layer ``[(B,) d_out, d_in]``.
+        biases: per layer ``[(B,) d_out]``.
+        on_tie: ``"raise"`` (:class:`CanonicalizationError` on an unresolved tie) or ``"flag"`` (mark it
+            in ``unresolved``).
+        group: ``None``, ``"sign"`` or ``"scale"``.
+
+    Returns:
+        The :class:`CanonicalForm`.
     """
     if on_tie not in ON_TIE:
         raise ValueError(f"on_tie={on_tie!r}: expected one of {ON_TIE}")
@@ -139,6 +162,14 @@ def canonical_features(weights: Sequence[Tensor], biases: Sequence[Tensor], grou
     Coordinates follow :func:`~neuralgraph.theory.equivariant_space.flatten_parameters`. Two
     networks get equal features iff their canonical forms are equal, i.e. (when no tie is
     unresolved, else this raises) iff they are related by a hidden permutation.
+
+    Args:
+        weights: per layer ``[(B,) d_out, d_in]``.
+        biases: per layer ``[(B,) d_out]``.
+        group: ``None``, ``"sign"`` or ``"scale"``, as in :func:`canonicalize`.
+
+    Returns:
+        ``[P]`` or ``[B, P]``.
     """
     form = canonicalize(weights, biases, group=group)
     if form.biases[0].dim() == 1:

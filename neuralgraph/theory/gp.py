@@ -45,8 +45,11 @@ from neuralgraph.graph import Layout
 from neuralgraph.graph.build import _check_blocks
 from neuralgraph.theory.scaling import canonical_scaling
 
+#: The separators, in the order canonicalisation uses them (module docstring).
 SEPARATORS = ("bias", "incoming_row", "outgoing_column", "incoming_row_norm", "outgoing_column_norm")
+#: The scalar separators hidden permutations of the neighbouring layers leave unchanged (invariant GP).
 INVARIANT_SEPARATORS = ("bias", "incoming_row_sum", "outgoing_column_sum", "incoming_row_norm", "outgoing_column_norm")
+#: Every separator :func:`separator_values` computes.
 KNOWN_SEPARATORS = SEPARATORS + INVARIANT_SEPARATORS[1:3]
 
 
@@ -55,6 +58,13 @@ def as_batched_mlp(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> tuple
 
     Returns weights ``[B, d_out, d_in]``, biases ``[B, d_out]`` and whether the input was a
     single network (``B = 1`` added). Errors name the layer at fault.
+
+    Args:
+        weights: per layer ``[(B,) d_out, d_in]``.
+        biases: per layer ``[(B,) d_out]``.
+
+    Returns:
+        ``(weights, biases, single)``.
     """
     _, batch_size = _check_blocks([w.unsqueeze(-1) for w in weights], biases)
     single = batch_size is None
@@ -64,7 +74,14 @@ def as_batched_mlp(weights: Sequence[Tensor], biases: Sequence[Tensor]) -> tuple
 
 
 def layout_of(weights: Sequence[Tensor]) -> Layout:
-    """Layer widths ``(d_0, ..., d_L)`` of batched weights ``[B, d_out, d_in]``."""
+    """Layer widths ``(d_0, ..., d_L)`` of batched weights ``[B, d_out, d_in]``.
+
+    Args:
+        weights: per layer ``[B, d_out, d_in]``.
+
+    Returns:
+        The layout.
+    """
     return (weights[0].shape[-1], *(w.shape[-2] for w in weights))
 
 
@@ -73,6 +90,15 @@ def separator_values(weights: Sequence[Tensor], biases: Sequence[Tensor], layer:
 
     ``weights``/``biases`` are batched (see :func:`as_batched_mlp`). Sums and norms are
     computed in float64 so that rounding cannot merge two different values.
+
+    Args:
+        weights: per layer ``[B, d_out, d_in]``.
+        biases: per layer ``[B, d_out]``.
+        layer: the hidden layer, 1-based.
+        separator: one of :data:`KNOWN_SEPARATORS`.
+
+    Returns:
+        ``[B, d_layer, k]``, ``k`` values per neuron (1 for a scalar separator).
     """
     if not 1 <= layer < len(weights):
         raise ValueError(f"layer {layer} is not a hidden layer of a {len(weights)}-layer network")
@@ -92,6 +118,14 @@ def tie_matrices(weights: Sequence[Tensor], biases: Sequence[Tensor], separators
     """Per hidden layer, ``[B, d, d]`` bool: ``i != j`` tie on *every* separator in ``separators``.
 
     Accepts a single network or a batch; the output always has the batch dimension.
+
+    Args:
+        weights: per layer ``[(B,) d_out, d_in]``.
+        biases: per layer ``[(B,) d_out]``.
+        separators: the separators compared (:data:`KNOWN_SEPARATORS`).
+
+    Returns:
+        Per hidden layer ``[B, d, d]`` bool.
     """
     weights, biases, _ = as_batched_mlp(weights, biases)
     ties = []
@@ -120,6 +154,13 @@ def invariant_tie_matrices(weights: Sequence[Tensor], biases: Sequence[Tensor]) 
     other layers. These are the per-neuron invariants that one equivariant weight-space layer
     (DWSNets, NFN) reads by pooling a neuron's row and column, linearly or after squaring.
     This criterion is defined here; it is not taken from a published table.
+
+    Args:
+        weights: per layer ``[(B,) d_out, d_in]``.
+        biases: per layer ``[(B,) d_out]``.
+
+    Returns:
+        Per hidden layer ``[B, d, d]`` bool.
     """
     return tie_matrices(weights, biases, INVARIANT_SEPARATORS)
 
@@ -136,6 +177,12 @@ class GPAudit:
     ``bias_ties[l-1]``, ``combined_ties[l-1]`` and ``invariant_ties[l-1]`` are the
     ``[B, d_l, d_l]`` tie matrices of hidden layer ``l`` for the bias separator alone, for the
     five :data:`SEPARATORS` and for the five :data:`INVARIANT_SEPARATORS`.
+
+    Attributes:
+        layout: the networks' layout.
+        bias_ties: per hidden layer, ties on the bias.
+        combined_ties: per hidden layer, ties on every separator.
+        invariant_ties: per hidden layer, ties on every invariant separator.
     """
 
     layout: Layout
@@ -145,17 +192,17 @@ class GPAudit:
 
     @property
     def bias_tied_pairs(self) -> Tensor:
-        """Pairs of hidden neurons with equal biases, per network: ``[B]``."""
+        """``[B]`` int: pairs of hidden neurons with equal biases, per network."""
         return _count_pairs(self.bias_ties)
 
     @property
     def combined_tied_pairs(self) -> Tensor:
-        """Pairs of hidden neurons no separator tells apart, per network: ``[B]``."""
+        """``[B]`` int: pairs of hidden neurons no separator tells apart, per network."""
         return _count_pairs(self.combined_ties)
 
     @property
     def invariant_tied_pairs(self) -> Tensor:
-        """Pairs of hidden neurons no invariant separator tells apart, per network: ``[B]``."""
+        """``[B]`` int: pairs of hidden neurons no invariant separator tells apart, per network."""
         return _count_pairs(self.invariant_ties)
 
     @property
@@ -193,6 +240,14 @@ def audit_gp(weights: Sequence[Tensor], biases: Sequence[Tensor], group: Optiona
     """GP audit of one MLP or a batch ``[B, ...]`` of one layout (vectorised over networks).
 
     ``group``: ``None`` (permutations only), ``"sign"`` or ``"scale"``: audit the canonical scaling.
+
+    Args:
+        weights: per layer ``[(B,) d_out, d_in]``.
+        biases: per layer ``[(B,) d_out]``.
+        group: the scaling group audited up to, or ``None``.
+
+    Returns:
+        The :class:`GPAudit`.
     """
     weights, biases, _ = as_batched_mlp(weights, biases)
     if group is not None:

@@ -32,18 +32,35 @@ from torch import Tensor
 from neuralgraph.theory.gp import as_batched_mlp
 
 IEEE_FORMATS = {32: torch.float32, 16: torch.float16}
+#: What one quantization scale is shared by (module docstring).
 GRANULARITIES = ("tensor", "layer", "ieee")
 UNIFORM_BITS = range(2, 17)
 
 
 def symmetric_scale(tensors: Sequence[Tensor], bits: int) -> Tensor:
-    """``max|t| / (2^(bits-1) - 1)`` over ``tensors`` ``[B, ...]``, one scale per network: ``[B]``."""
+    """``max|t| / (2^(bits-1) - 1)`` over ``tensors`` ``[B, ...]``, one scale per network: ``[B]``.
+
+    Args:
+        tensors: tensors ``[B, ...]`` sharing the scale.
+        bits: the bit width.
+
+    Returns:
+        ``[B]``.
+    """
     peak = torch.stack([t.detach().abs().flatten(1).amax(dim=1) for t in tensors]).amax(dim=0)
     return peak / (2 ** (bits - 1) - 1)
 
 
 def is_ieee(bits: int, ieee: bool = False) -> bool:
-    """Whether ``bits`` is stored as an IEEE float: always at 32 bits, at 16 only when asked."""
+    """Whether ``bits`` is stored as an IEEE float: always at 32 bits, at 16 only when asked.
+
+    Args:
+        bits: the bit width.
+        ieee: store 16 bits as IEEE half.
+
+    Returns:
+        Whether the scheme is an IEEE cast.
+    """
     return bits == 32 or (ieee and bits in IEEE_FORMATS)
 
 
@@ -53,6 +70,16 @@ def quantize(t: Tensor, bits: int, scale: Tensor | None = None, name: str = "ten
     ``scale`` (uniform widths only) broadcasts against ``t``; by default it is ``t``'s own
     ``max|t| / (2^(bits-1) - 1)``. ``ieee=True`` casts to IEEE half at 16 bits instead.
     ``name`` only labels error messages.
+
+    Args:
+        t: the tensor.
+        bits: 2..16 or 32.
+        scale: the quantization step, or ``None`` for ``t``'s own.
+        name: the label of error messages.
+        ieee: IEEE half at 16 bits.
+
+    Returns:
+        The quantized tensor, ``t``'s shape and dtype.
     """
     if ieee and bits not in IEEE_FORMATS:
         raise ValueError(f"{name}: IEEE floats have 16 or 32 bits, not {bits}")
@@ -76,6 +103,15 @@ def quantize_mlp(
     """Quantize an MLP (``nn.Linear`` convention, single or batched ``[B, ...]``) to ``bits`` bits.
 
     ``granularity`` is ``"tensor"``, ``"layer"`` or ``"ieee"`` (see the module docstring).
+
+    Args:
+        weights: per layer ``[(B,) d_out, d_in]``.
+        biases: per layer ``[(B,) d_out]``.
+        bits: 2..16 or 32.
+        granularity: one of :data:`GRANULARITIES`.
+
+    Returns:
+        ``(weights, biases)``, shaped like the input.
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"unknown granularity {granularity!r}; expected one of {GRANULARITIES}")

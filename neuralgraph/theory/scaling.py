@@ -25,7 +25,14 @@ from neuralgraph.graph.scaling import check_group
 
 class CanonicalScaling(NamedTuple):
     """Batched canonical network, the scalings ``q`` per hidden layer ``[B, d_l]`` that produce
-    it (``rescale_mlp(input, scalings)``), and ``[B]`` bool for networks with a zero incoming vector."""
+    it (``rescale_mlp(input, scalings)``), and ``[B]`` bool for networks with a zero incoming vector.
+
+    Attributes:
+        weights: per layer ``[B, d_out, d_in]``, the canonical network.
+        biases: per layer ``[B, d_out]``.
+        scalings: per hidden layer ``[B, d_l]``, the ``q`` applied.
+        unresolved: ``[B]`` bool, networks with a zero incoming vector.
+    """
 
     weights: list[Tensor]
     biases: list[Tensor]
@@ -34,7 +41,16 @@ class CanonicalScaling(NamedTuple):
 
 
 def canonical_scaling(weights: Sequence[Tensor], biases: Sequence[Tensor], group: str) -> CanonicalScaling:
-    """Canonical sign or scale of every hidden neuron of batched MLPs ``[B, d_out, d_in]``."""
+    """Canonical sign or scale of every hidden neuron of batched MLPs ``[B, d_out, d_in]``.
+
+    Args:
+        weights: per layer ``[B, d_out, d_in]``.
+        biases: per layer ``[B, d_out]``.
+        group: ``"sign"`` (first nonzero incoming entry positive) or ``"scale"`` (unit incoming vector).
+
+    Returns:
+        The :class:`CanonicalScaling`.
+    """
     check_group(group)
     weights, biases = list(weights), list(biases)
     unresolved = torch.zeros(biases[0].shape[0], dtype=torch.bool, device=biases[0].device)

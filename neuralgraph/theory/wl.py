@@ -37,7 +37,14 @@ def _relabel(signatures: list) -> list[int]:
 
 
 def wl_colors(graph: Graph) -> Tensor:
-    """Stable 1-WL colours ``[N]`` of every node of ``graph`` (all graphs of a ``Batch`` share ids)."""
+    """Stable 1-WL colours ``[N]`` of every node of ``graph`` (all graphs of a ``Batch`` share ids).
+
+    Args:
+        graph: a ``ParameterGraph`` or a ``Batch``.
+
+    Returns:
+        ``[N]`` long colour ids.
+    """
     num_nodes = graph.num_nodes
     src, dst = graph.edge_index.tolist()
     edge_weights = [tuple(row) for row in graph.edge_attr.tolist()]
@@ -59,7 +66,15 @@ def wl_colors(graph: Graph) -> Tensor:
 
 
 def wl_equivalent(first: ParameterGraph, second: ParameterGraph) -> bool:
-    """Whether 1-WL cannot tell the two parameter graphs apart (equal stable colour histograms)."""
+    """Whether 1-WL cannot tell the two parameter graphs apart (equal stable colour histograms).
+
+    Args:
+        first: a parameter graph.
+        second: another.
+
+    Returns:
+        ``True`` when their colour histograms are equal.
+    """
     pair = Batch.from_data_list([first, second])
     colours = wl_colors(pair)
     size = int(colours.max()) + 1
@@ -79,6 +94,13 @@ def cycle_pair(width: int = 4, dtype: torch.dtype = torch.float64) -> list[tuple
     ``width / 2``) in the second. Every neuron sees the same multiset of (weight, colour), so
     refinement never splits a layer; permutations preserve rank, so none maps one to the other.
     Returns ``[(weights, biases), (weights, biases)]``.
+
+    Args:
+        width: the hidden width, even and at least 4.
+        dtype: the tensors' dtype.
+
+    Returns:
+        The two networks.
     """
     if width < 4 or width % 2:
         raise ValueError(f"width={width}: the cycle pair needs an even hidden width of at least 4")

@@ -15,7 +15,7 @@ Differences from a bare LightningCLI, all in the spirit of the paper's protocol:
   ``trainer.default_root_dir``; ``seed_everything`` defaults to 0;
 * quiet: Lightning's messages that a user of this command cannot act on are dropped (below), its
   own warnings are kept; when stdout is not a terminal (a log), the progress bar writes one line
-  per epoch instead of a ``\r`` frame per batch (:mod:`neuralgraph.training.progress`).
+  per epoch instead of a ``\\r`` frame per batch (:mod:`neuralgraph.training.progress`).
 """
 from __future__ import annotations
 
@@ -79,12 +79,29 @@ for _name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utiliti
 
 
 def checkpoint_dir(default_root_dir: Optional[str]) -> Path:
-    """Checkpoint folder of the runs under ``default_root_dir`` (the working directory when None)."""
+    """Checkpoint folder of the runs under ``default_root_dir`` (the working directory when None).
+
+    The folder lies outside the logger's ``version_N`` folders, so that ``--ckpt_path last`` of a
+    rerun finds the checkpoints of the run it resumes.
+
+    Args:
+        default_root_dir: the trainer's ``default_root_dir``, or None for the working directory.
+
+    Returns:
+        The absolute path of ``<default_root_dir>/checkpoints`` (not created here).
+    """
     return Path(default_root_dir or os.getcwd()).resolve() / "checkpoints"
 
 
 def last_checkpoint(folder: Path) -> Optional[Path]:
-    """The newest ``last*.ckpt`` of ``folder`` (Lightning's rule for ``ckpt_path="last"``), if any."""
+    """The newest ``last*.ckpt`` of ``folder`` (Lightning's rule for ``ckpt_path="last"``), if any.
+
+    Args:
+        folder: a checkpoint folder, as :func:`checkpoint_dir` names it (it may not exist).
+
+    Returns:
+        The ``last*.ckpt`` file modified last, or None when there is none.
+    """
     candidates = [p for p in folder.glob("last*.ckpt") if p.is_file()]
     return max(candidates, key=lambda p: p.stat().st_mtime_ns, default=None)
 
@@ -92,7 +109,15 @@ def last_checkpoint(folder: Path) -> Optional[Path]:
 def forbid_building(config, subcommand: str) -> None:
     """``validate``/``test``/``predict`` read data and never make it: a data module's ``build``
     option is set to ``False`` (asking for ``true`` is an error), so a missing ``--data.root`` is a
-    one-line error that creates nothing."""
+    one-line error that creates nothing.
+
+    Args:
+        config: the parsed config of the subcommand; its ``data.init_args`` is edited in place.
+        subcommand: the verb (``validate``, ``test`` or ``predict``), named in the error.
+
+    Raises:
+        ValueError: the config asks for ``--data.build true``.
+    """
     init_args = config["data"].get("init_args") if config.get("data") else None
     if init_args is None or "build" not in init_args:
         return
@@ -114,6 +139,15 @@ class OneLineArgumentParser(LightningArgumentParser):
 
 
 class NeuralgraphCLI(LightningCLI):
+    """LightningCLI with the package's protocol (module docstring), built by :func:`run_lightning_cli`.
+
+    What it adds over LightningCLI: a config's ``data:`` without ``class_path`` is the INR data module;
+    the data module's :class:`~neuralgraph.graph.spec.GraphSpec` reaches the model's ``spec``;
+    ``--test_after_fit`` tests at the best-validation checkpoint after ``fit``; ``--ckpt_path`` is
+    resolved (``last``) and checked against the configured task and model before anything is built;
+    checkpoints are written to :func:`checkpoint_dir`. Its constructor is LightningCLI's.
+    """
+
     def add_arguments_to_parser(self, parser) -> None:
         # a config's `data:` without class_path configures the INR data module
         parser.set_defaults({"data": {"class_path": f"{MnistInrDataModule.__module__}.{MnistInrDataModule.__name__}"}})
@@ -192,7 +226,7 @@ def run_lightning_cli(argv: list[str]) -> NeuralgraphCLI:
         argv: the verb (fit, validate, test or predict), then LightningCLI's arguments.
 
     Returns:
-        The finished CLI: its ``trainer``, ``model`` and ``datamodule`` are those of the run.
+        The finished CLI, whose ``trainer``, ``model`` and ``datamodule`` are those of the run.
     """
     return NeuralgraphCLI(
         MetanetTask,

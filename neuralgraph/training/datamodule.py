@@ -19,12 +19,22 @@ from neuralgraph.data.inr_dataset import InrBatch
 from neuralgraph.data.shards import SPLITS
 from neuralgraph.graph.spec import GraphSpec
 
-SPEC_SAMPLE = 512  # training networks a data module's GraphSpec is read from
+#: Training networks a data module's :class:`~neuralgraph.graph.spec.GraphSpec` is read from.
+SPEC_SAMPLE = 512
 
 
 
 class EpochSeededSampler(Sampler[int]):
-    """A permutation of ``range(size)`` drawn from ``seed + epoch`` (Lightning calls ``set_epoch``)."""
+    """A permutation of ``range(size)`` drawn from ``seed + epoch`` (Lightning calls ``set_epoch``).
+
+    Seeding by epoch rather than by a running generator makes a run resumed from a checkpoint draw
+    the batches an uninterrupted run draws.
+
+    Args:
+        size: the number of indices.
+        seed: the base seed.
+        shuffle: whether to permute; without it the indices come in order.
+    """
 
     def __init__(self, size: int, seed: int, shuffle: bool = True):
         self.size, self.seed, self.shuffle, self.epoch = size, seed, shuffle, 0
@@ -43,7 +53,15 @@ class EpochSeededSampler(Sampler[int]):
 
 
 def split_ready(root: Path, split: str) -> bool:
-    """Whether ``root`` holds a complete ``split`` (made by ``make-inrs`` with any limit, or imported)."""
+    """Whether ``root`` holds a complete ``split`` (made by ``make-inrs`` with any limit, or imported).
+
+    Args:
+        root: the dataset folder.
+        split: a split name.
+
+    Returns:
+        True when the manifest lists the split with every one of its shards.
+    """
     from neuralgraph.data.generate import INR_FOLDER
     from neuralgraph.data.shards import MANIFEST, read_manifest
 

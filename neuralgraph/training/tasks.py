@@ -34,17 +34,18 @@ from torch import Tensor, nn
 from neuralgraph.graph import GraphSpec
 from neuralgraph.graph.scaling import scaling_invariant
 from neuralgraph.inr import DWS_MNIST, SirenConvention, full_precision, render
+from neuralgraph.inr.render import autocast_active, autocast_off
 from neuralgraph.morphology import EDITS
 from neuralgraph.nn import build_metanet, match_budget
 from neuralgraph.nn.budget import WIDTH_MULTIPLE, count_trainable
-from neuralgraph.nn.context import GraphContext, WeightBlocks, batch_mlps, node_graph_index
+from neuralgraph.nn.context import GraphContext, GraphFacts, WeightBlocks, batch_mlps, context_facts, node_graph_index
 from neuralgraph.nn.heads import MEMBERS
 from neuralgraph.data.inr_dataset import InrBatch
 from neuralgraph.training.callbacks import EditingGrid, InputStatistics
 
 STAGES = ("train", "val", "test")
-# Constructor arguments that change how a model is trained, not what it is or computes: the only
-# ones in which a configuration may differ from the checkpoint it evaluates or resumes.
+#: Constructor arguments that change how a model is trained, not what it is or computes, the only
+#: ones in which a configuration may differ from the checkpoint it evaluates or resumes.
 OPTIMIZATION_ARGUMENTS = frozenset({"lr", "weight_decay", "lr_factor", "lr_patience", "min_lr", "compile"})
 
 
@@ -57,6 +58,12 @@ def check_checkpoint(checkpoint: Any, task: Optional[str], hparams: Mapping[str,
     ``hidden_dim`` beside a ``reference_hidden_dim`` leaves the width to budget matching, and the
     checkpoint's stored result stands. The one check for the CLI (before anything is built),
     ``load_from_checkpoint`` and resumed fits.
+
+    Args:
+        checkpoint: the loaded checkpoint (a dict).
+        task: the task class name the configuration builds, or ``None``.
+        hparams: the configuration's constructor arguments.
+        source: the checkpoint's path, for errors.
     """
     saved = checkpoint.get("neuralgraph_task") if isinstance(checkpoint, dict) else None
     if saved is None:
@@ -143,10 +150,12 @@ class MetanetTask(L.LightningModule):
     def metrics(self, stage: str):
         return getattr(self, f"{stage}_metrics")
 
-    def features(self, graph, blocks: Optional[WeightBlocks] = None) -> tuple[Tensor, Tensor, GraphContext]:
+    def features(self, graph, blocks: Optional[WeightBlocks] = None,
+                 facts: Optional[GraphFacts] = None) -> tuple[Tensor, Tensor, GraphContext]:
         """The metanetwork's node and edge features of ``graph`` and the graph context they were computed
-        with, built once (from the batch's ``blocks`` when it carries them) and handed on to the head."""
-        context = self.metanet.context(graph, blocks)
+        with, built once (from the batch's ``blocks`` and ``facts`` when it carries them) and handed on to the
+        head."""
+        context = self.metanet.context(graph, blocks, facts)
         node, edge = self.metanet(graph, context)
         return node, edge, context
 
@@ -261,6 +270,8 @@ class InrEditing(EpochMetricTask):
             ``"tied"`` (``k`` identical members); budget matching counts that decoder.
         match_budget: what checkpoints written before ``reference_hidden_dim`` store instead: true
             means ``metanet_config``'s ``hidden_dim`` is the reference, matched again at every load.
+        *args: :class:`MetanetTask`'s arguments (``metanet``, ``metanet_config``, ``spec``, ``lr``, ...).
+        **kwargs: its keyword arguments, likewise.
     """
 
     def __init__(self, *args, k: int = 1, edit: str = "dilation", reference_hidden_dim: Optional[int] = None,
@@ -318,25 +329,26 @@ class InrEditing(EpochMetricTask):
                 f"checkpoint's (1 for checkpoints written before matched widths were aligned to 8)")
         super().on_load_checkpoint(checkpoint)
 
-    def edited_networks(self, graph, blocks: Optional[WeightBlocks] = None) -> tuple[list[Tensor], list[Tensor]]:
+    def edited_networks(self, graph, blocks: Optional[WeightBlocks] = None,
+                        facts: Optional[GraphFacts] = None) -> tuple[list[Tensor], list[Tensor]]:
         """The output INRs per input graph: weights ``[B, k, d_out, d_in]``, biases ``[B, k, d_out]``
         (one network of hidden width ``k h`` with ``decoder_members="coupled"``); ``blocks``: the batch's
         weights, when it carries them.
 
         Under autocast (``--trainer.precision bf16-mixed``) the metanetwork runs in bfloat16 but the
         decoder in float32: its deltas are added to the input weights, whose precision they keep."""
-        node, edge, context = self.features(graph, blocks)
+        node, edge, context = self.features(graph, blocks, facts)
         device = node.device.type
-        if not torch.is_autocast_enabled(device):
+        if not autocast_active(device):
             return self.decoder(graph, node, edge, context)
-        with torch.autocast(device, enabled=False):
+        with autocast_off(device):
             return self.decoder(graph, full_precision(node), full_precision(edge), context)
 
     def loss_and_outputs(self, batch):
         if batch.image is None:
             raise ValueError("InrEditing: the INR set has no images (imported with --images none); editing needs the "
                              "digits: import it again with --images full")
-        weights, biases = self.edited_networks(batch.graph, batch.blocks)
+        weights, biases = self.edited_networks(batch.graph, batch.blocks, batch.facts)
         B, k = weights[0].shape[:2]
         size = batch.image.shape[-2:]
         members = render([w.flatten(0, 1) for w in weights], [b.flatten(0, 1) for b in biases], tuple(size),
@@ -360,7 +372,13 @@ class InrEditing(EpochMetricTask):
 
 
 class InrClassification(MetanetTask):
-    """Function-space functional: the digit an INR draws, read from its weights."""
+    """Function-space functional: the digit an INR draws, read from its weights.
+
+    Args:
+        num_classes: classes of the readout.
+        *args: :class:`MetanetTask`'s arguments (``metanet``, ``metanet_config``, ``spec``, ``lr``, ...).
+        **kwargs: its keyword arguments, likewise.
+    """
 
     def __init__(self, *args, num_classes: int = 10, **kwargs):
         super().__init__(*args, **kwargs)
@@ -368,7 +386,7 @@ class InrClassification(MetanetTask):
         self.add_metrics(lambda stage: torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro"))
 
     def loss_and_outputs(self, batch):
-        node, edge, context = self.features(batch.graph, batch.blocks)
+        node, edge, context = self.features(batch.graph, batch.blocks, batch.facts)
         logits = self.readout(batch.graph, node, edge, context)
         return nn.functional.cross_entropy(logits, batch.label), {"logits": logits}
 
@@ -379,7 +397,15 @@ class InrClassification(MetanetTask):
 
 def layer_norms(graph, blocks: Optional[WeightBlocks] = None) -> Tensor:
     """Per-layer L2 norm of each network's weight matrix, ``[B, L]``; ``blocks``: the batch's weights, when it
-    carries them (else they are decoded from ``graph``)."""
+    carries them (else they are decoded from ``graph``).
+
+    Args:
+        graph: MLP parameter graphs (a ``Batch``).
+        blocks: the batch's weights and biases, if it carries them.
+
+    Returns:
+        ``[B, L]``.
+    """
     weights, _ = batch_mlps(graph, blocks)
     return torch.stack([w.flatten(1).norm(dim=1) for w in weights], dim=1)
 
@@ -389,6 +415,11 @@ class WeightStatisticRegression(MetanetTask):
 
     Fixed by the weights but not by the function (the INR's function does not determine them),
     so function-space training signals cannot learn it.
+
+    Args:
+        num_weight_layers: outputs of the readout, one per weight layer of the data.
+        *args: :class:`MetanetTask`'s arguments (``metanet``, ``metanet_config``, ``spec``, ``lr``, ...).
+        **kwargs: its keyword arguments, likewise.
     """
 
     def __init__(self, *args, num_weight_layers: int = 3, **kwargs):
@@ -397,7 +428,7 @@ class WeightStatisticRegression(MetanetTask):
         self.add_metrics(lambda stage: torchmetrics.R2Score(num_weight_layers))
 
     def loss_and_outputs(self, batch):
-        node, edge, context = self.features(batch.graph, batch.blocks)
+        node, edge, context = self.features(batch.graph, batch.blocks, batch.facts)
         prediction = self.readout(batch.graph, node, edge, context)
         target = layer_norms(batch.graph, batch.blocks)
         if prediction.shape != target.shape:
@@ -415,6 +446,10 @@ class GeneralizationPrediction(EpochMetricTask):
     ``InvariantReadout`` on the CNN's parameter graph regresses the accuracy (MSE); reported as
     Kendall's tau (the rank correlation NFN, NG-GNN/NG-T and ScaleGMN report on the Small CNN
     Zoo) and R^2, over each whole stage. Data: :class:`~neuralgraph.training.cnn_zoo_datamodule.CnnZooDataModule`.
+
+    Args:
+        *args: :class:`MetanetTask`'s arguments (``metanet``, ``metanet_config``, ``spec``, ``lr``, ...).
+        **kwargs: its keyword arguments, likewise.
     """
 
     def __init__(self, *args, **kwargs):
@@ -424,7 +459,7 @@ class GeneralizationPrediction(EpochMetricTask):
             "kendall_tau": torchmetrics.KendallRankCorrCoef(), "r2": torchmetrics.R2Score()}, prefix=f"{stage}/"))
 
     def loss_and_outputs(self, batch):
-        node, edge, context = self.features(batch.graph, batch.blocks)
+        node, edge, context = self.features(batch.graph, batch.blocks, batch.facts)
         prediction = self.readout(batch.graph, node, edge, context).squeeze(-1)
         return nn.functional.mse_loss(prediction, batch.accuracy), {"prediction": prediction}
 
@@ -432,19 +467,31 @@ class GeneralizationPrediction(EpochMetricTask):
         self.metrics(stage).update(outputs["prediction"].detach(), batch.accuracy)
 
 
-def magnitude_prune_mask(graph, sparsity: float) -> Tensor:
+def magnitude_prune_mask(graph, sparsity: float, context: Optional[GraphContext] = None) -> Tensor:
     """1 for the weights kept by per-layer magnitude pruning, per edge, in the graph's edge order.
 
     Within each network and layer, the ``ceil((1 - sparsity) * n)`` largest ``|w|`` are kept;
-    ties are resolved by a stable sort of the edge order (measure zero for real weights).
+    ties are resolved by a stable sort of the edge order (measure zero for real weights). The
+    groups are counted on the graph's device, sized by the batch's
+    :class:`~neuralgraph.nn.context.GraphFacts` (``context``'s, else read from ``graph``).
+
+    Args:
+        graph: MLP parameter graphs.
+        sparsity: the fraction of each layer's weights pruned, in ``(0, 1)``.
+        context: the batch's graph context, if built (its graph facts).
+
+    Returns:
+        ``[E]`` in the edges' dtype.
     """
+    facts = context_facts(graph, context)
     magnitude = graph.edge_attr[:, 0].abs()
     graph_of_edge = node_graph_index(graph)[graph.edge_index[1]]
-    group = graph_of_edge * (int(graph.edge_layer.max()) + 1) + graph.edge_layer
+    group = graph_of_edge * (facts.max_edge_layer + 1) + graph.edge_layer
     # rank of |w| within its (network, layer) group: sort by magnitude, then stably by group
     order = torch.argsort(magnitude, descending=True, stable=True)
     order = order[torch.argsort(group[order], stable=True)]
-    group_sizes = torch.bincount(group)
+    group_sizes = torch.zeros(facts.num_graphs * (facts.max_edge_layer + 1), dtype=torch.long,
+                              device=group.device).index_add_(0, group, torch.ones_like(group))
     starts = torch.cumsum(group_sizes, 0) - group_sizes
     rank = torch.empty_like(order)
     rank[order] = torch.arange(len(order), device=order.device) - starts[group[order]]
@@ -459,6 +506,11 @@ class EquivariantWeightPrediction(MetanetTask):
     the edge features; a hidden permutation of the input permutes the prediction alike. With a
     sign-equivariant metanetwork (``scaling="sign"``) the head reads ``|edge features|``: the mask,
     a function of ``|w|``, does not change when neurons flip sign, and neither does the prediction.
+
+    Args:
+        sparsity: the fraction of each layer's weights pruned, in ``(0, 1)``.
+        *args: :class:`MetanetTask`'s arguments (``metanet``, ``metanet_config``, ``spec``, ``lr``, ...).
+        **kwargs: its keyword arguments, likewise.
     """
 
     def __init__(self, *args, sparsity: float = 0.5, **kwargs):
@@ -469,11 +521,11 @@ class EquivariantWeightPrediction(MetanetTask):
         self.add_metrics(lambda stage: torchmetrics.classification.BinaryAccuracy())
 
     def loss_and_outputs(self, batch):
-        node, edge, _ = self.features(batch.graph, batch.blocks)
+        node, edge, context = self.features(batch.graph, batch.blocks, batch.facts)
         if self.metanet.scaling == "sign":
             edge = scaling_invariant(edge, "sign")
         logits = self.edge_head(edge).squeeze(-1)
-        target = magnitude_prune_mask(batch.graph, self.hparams.sparsity)
+        target = magnitude_prune_mask(batch.graph, self.hparams.sparsity, context)
         loss = nn.functional.binary_cross_entropy_with_logits(logits, target)
         return loss, {"logits": logits, "target": target}
 

@@ -17,6 +17,17 @@ def editing_grid(
 
     Values are clipped to ``[0, 1]``. The members column is left out when ``k == 1`` (it equals
     the average). A header row names the columns.
+
+    Args:
+        inputs: ``[B, H, W]`` the input images.
+        average: ``[B, H, W]`` the averaged output.
+        members: ``[B, k, H, W]`` each output network's image.
+        targets: ``[B, H, W]`` the targets, or ``None``.
+        scale: pixels per image pixel.
+        pad: pixels between cells.
+
+    Returns:
+        The ``PIL`` image.
     """
     columns: list[tuple[str, Tensor]] = [("input", inputs)]
     if targets is not None:
@@ -28,7 +39,16 @@ def editing_grid(
 
 
 def image_grid(columns: Sequence[tuple[str, Tensor]], scale: int = 3, pad: int = 2) -> Image.Image:
-    """A grey-scale grid of named columns, each ``[B, H, W]`` in ``[0, 1]`` (clipped), the name on top."""
+    """A grey-scale grid of named columns, each ``[B, H, W]`` in ``[0, 1]`` (clipped), the name on top.
+
+    Args:
+        columns: ``(name, images)`` per column.
+        scale: pixels per image pixel.
+        pad: pixels between cells.
+
+    Returns:
+        The ``PIL`` image.
+    """
     B, H, W = columns[0][1].shape
     for name, images in columns:
         if tuple(images.shape) != (B, H, W):
@@ -47,10 +67,30 @@ def image_grid(columns: Sequence[tuple[str, Tensor]], scale: int = 3, pad: int =
 
 
 def save_editing_grid(path: Path | str, *args, **kwargs) -> Path:
+    """Write :func:`editing_grid` as an image file (its folder made if needed).
+
+    Args:
+        path: the file; its suffix picks the format (``.png``).
+        *args: :func:`editing_grid`'s arguments.
+        **kwargs: its keyword arguments.
+
+    Returns:
+        ``path``.
+    """
     return _save(editing_grid(*args, **kwargs), path)
 
 
 def save_image_grid(path: Path | str, *args, **kwargs) -> Path:
+    """Write :func:`image_grid` as an image file (its folder made if needed).
+
+    Args:
+        path: the file; its suffix picks the format (``.png``).
+        *args: :func:`image_grid`'s arguments.
+        **kwargs: its keyword arguments.
+
+    Returns:
+        ``path``.
+    """
     return _save(image_grid(*args, **kwargs), path)
 
 

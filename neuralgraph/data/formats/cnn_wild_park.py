@@ -39,11 +39,12 @@ SPLITS_FILE = "cnn_park_splits.json"
 SPLITS = ("train", "val", "test")
 SPLIT_COLUMNS = ("path", "score", "step")
 CONFIG_KEYS = ("n_layers", "n_classes", "channels", "kernel_size", "stride", "padding", "residual", "activation")
-# config.activation values (neural-graphs' ACTIVATION_FN) and the graph's activation names
+#: The ``config.activation`` values (neural-graphs' ``ACTIVATION_FN``), by index.
 ACTIVATIONS = ("none", "relu", "gelu", "tanh", "sigmoid", "leaky_relu")
 GRAPH_ACTIVATIONS = {"none": "identity", "relu": "relu", "gelu": "gelu", "tanh": "tanh", "sigmoid": "sigmoid",
                      "leaky_relu": "leaky_relu"}
 MAX_KERNEL = 7  # the Wild Park samples kernels 3, 5 and 7
+#: Edge features of every graph, the largest kernel's taps (smaller kernels zero-padded).
 EDGE_FEATURES = MAX_KERNEL * MAX_KERNEL
 SCORE_TOLERANCE = 1e-6  # a split score and its checkpoint's last_result["test/acc"] must agree this closely
 ARCHITECTURE = {"source": "neural-graphs CNN", "pooling": "global_average", "residual": "added before the activation",
@@ -53,7 +54,17 @@ ARCHITECTURE = {"source": "neural-graphs CNN", "pooling": "global_average", "res
 @dataclass(frozen=True)
 class WildParkArchitecture:
     """One network's ``config``: per convolution its kernel, stride, padding, residual source
-    (-1: none) and activation (a :data:`ACTIVATIONS` name); ``channels`` from input to last convolution."""
+    (-1: none) and activation (a :data:`ACTIVATIONS` name); ``channels`` from input to last convolution.
+
+    Attributes:
+        channels: channels from the input to the last convolution (``layers + 1`` entries).
+        kernel_size: each convolution's square kernel side.
+        stride: each convolution's stride.
+        padding: each convolution's padding.
+        residual: each convolution's residual source (-1: none).
+        activation: each convolution's activation.
+        classes: outputs of the final linear layer.
+    """
 
     channels: tuple[int, ...]
     kernel_size: tuple[int, ...]
@@ -82,7 +93,15 @@ class WildParkArchitecture:
 
 @dataclass(frozen=True)
 class ParkEntry:
-    """One checkpoint a split file lists: its file, its target (``score``) and training step."""
+    """One checkpoint a split file lists: its file, its target (``score``) and training step.
+
+    Attributes:
+        file: the checkpoint file.
+        score: its test accuracy, as the split file lists it.
+        step: its training step.
+        network: one id per run folder (the checkpoint folder's parent), over every split.
+        listed_in: the split file.
+    """
 
     file: Path
     score: float
@@ -96,7 +115,16 @@ def _is_int(value) -> bool:
 
 
 def scan(src: Path, splits_file: Optional[Path] = None, **_) -> dict[str, list[ParkEntry]]:
-    """The entries of each split, in the split file's order; a listed file that is not there is an error."""
+    """The entries of each split, in the split file's order; a listed file that is not there is an error.
+
+    Args:
+        src: the Wild Park folder.
+        splits_file: the split file (default: ``SPLITS_FILE`` in ``src``).
+        **_: options of other formats, not used.
+
+    Returns:
+        The entries by split.
+    """
     path = Path(splits_file) if splits_file is not None else src / SPLITS_FILE
     try:
         table = json.loads(path.read_text())
@@ -144,7 +172,15 @@ def _int_list(config: dict, key: str, length: int, file: Path, minimum: int) -> 
 
 
 def read_architecture(config, file: Path) -> WildParkArchitecture:
-    """The checked architecture of a checkpoint's ``config`` (neural-graphs' ``CNN._assert_cfg`` and more)."""
+    """The checked architecture of a checkpoint's ``config`` (neural-graphs' ``CNN._assert_cfg`` and more).
+
+    Args:
+        config: the checkpoint's ``config`` value.
+        file: the checkpoint file, for errors.
+
+    Returns:
+        The :class:`WildParkArchitecture`.
+    """
     if not isinstance(config, dict):
         raise SourceError(f"{file}: key 'config' holds a {type(config).__name__}, expected a mapping")
     for key in CONFIG_KEYS:
@@ -185,7 +221,16 @@ def read_architecture(config, file: Path) -> WildParkArchitecture:
 
 def read_parameters(model, architecture: WildParkArchitecture, file: Path) -> list[Tensor]:
     """The state dict's tensors (float32) in :meth:`WildParkArchitecture.keys` order, checked
-    against the architecture: every key, no other, the shapes, real floating values, all finite."""
+    against the architecture: every key, no other, the shapes, real floating values, all finite.
+
+    Args:
+        model: the checkpoint's ``model`` value (a state dict).
+        architecture: what the config describes.
+        file: the checkpoint file, for errors.
+
+    Returns:
+        The tensors.
+    """
     if not isinstance(model, dict):
         raise SourceError(f"{file}: key 'model' holds a {type(model).__name__}, expected a state dict")
     keys = architecture.keys()
@@ -226,7 +271,14 @@ def _check_target(checkpoint: dict, entry: ParkEntry) -> None:
 
 
 def read(entry: ParkEntry) -> tuple[WildParkArchitecture, list[Tensor]]:
-    """The architecture and parameters of one checkpoint, read with ``weights_only=True`` and checked."""
+    """The architecture and parameters of one checkpoint, read with ``weights_only=True`` and checked.
+
+    Args:
+        entry: the checkpoint.
+
+    Returns:
+        ``(architecture, parameters)``.
+    """
     checkpoint = load_tensors(entry.file)
     for key in ("model", "config"):
         if key not in checkpoint:
@@ -245,7 +297,15 @@ def shard_tensors(entries: Sequence[ParkEntry], advance: Callable[[int], object]
     """The shard of ``entries``: each network's parameters concatenated in state-dict order
     (``parameters``, ``parameter_count`` per network), its architecture one row per convolution
     (``layer_*``, ``conv_layers`` per network; activations as :data:`ACTIVATIONS` indices), its
-    ``test_accuracy`` (the split file's score), ``epoch`` (its step) and ``network`` (its run)."""
+    ``test_accuracy`` (the split file's score), ``epoch`` (its step) and ``network`` (its run).
+
+    Args:
+        entries: the shard's checkpoints.
+        advance: called with 1 after each checkpoint is read (a progress bar's ``update``).
+
+    Returns:
+        The shard's tensors by name.
+    """
     flat, counts, rows, networks = [], [], {field: [] for field in LAYER_FIELDS}, []
     for entry in entries:
         architecture, parameters = read(entry)
@@ -271,7 +331,12 @@ def shard_tensors(entries: Sequence[ParkEntry], advance: Callable[[int], object]
 
 
 def check_shard(tensors: dict[str, Tensor], path: Path) -> None:
-    """A shard's tensors are all there and its parameters finite; errors name the shard and network."""
+    """A shard's tensors are all there and its parameters finite; errors name the shard and network.
+
+    Args:
+        tensors: a shard's tensors.
+        path: the shard file, for errors.
+    """
     for key in ("parameters", "parameter_count", "conv_layers", "in_channels", "classes", "test_accuracy", "epoch",
                 "network", *(f"layer_{field}" for field in LAYER_FIELDS)):
         if key not in tensors:
@@ -284,7 +349,11 @@ def check_shard(tensors: dict[str, Tensor], path: Path) -> None:
 
 
 class WildParkNetworks:
-    """The networks of one split's shard tensors (concatenated), each as architecture, parameters or graph."""
+    """The networks of one split's shard tensors (concatenated), each as architecture, parameters or graph.
+
+    Args:
+        tensors: the split's shard tensors, concatenated key by key.
+    """
 
     def __init__(self, tensors: dict[str, Tensor]):
         self.tensors = tensors
@@ -320,7 +389,15 @@ _ACTIVATION_MODULES = {"none": nn.Identity, "relu": nn.ReLU, "gelu": nn.GELU, "t
 
 def shared_channels_kernel(channels_out: int, channels_in: int) -> Tensor:
     """The 1x1 kernel ``[c_out, c_in, 1, 1]`` adding input channel ``j`` to output channel ``j`` for
-    ``j < min(c_out, c_in)``: neural-graphs' partial residual add as a linear map."""
+    ``j < min(c_out, c_in)``: neural-graphs' partial residual add as a linear map.
+
+    Args:
+        channels_out: ``c_out``.
+        channels_in: ``c_in``.
+
+    Returns:
+        ``[c_out, c_in, 1, 1]``.
+    """
     kernel = torch.zeros(channels_out, channels_in, 1, 1)
     shared = min(channels_out, channels_in)
     kernel[range(shared), range(shared)] = 1.0
@@ -333,6 +410,9 @@ class WildParkNetwork(nn.Module):
     A residual between convolutions of unequal widths goes through ``shortcuts[str(i)]``, a
     bias-free 1x1 convolution initialised to :func:`shared_channels_kernel`, so that ``torch.fx``
     sees a projection shortcut; between equal widths it is a plain add (a skip).
+
+    Args:
+        architecture: the network's architecture.
     """
 
     def __init__(self, architecture: WildParkArchitecture):
@@ -372,6 +452,13 @@ def park_graph(architecture: WildParkArchitecture, parameters: Sequence[Tensor])
     the input and the logits); a residual from convolution ``r`` into ``i`` joins node layers
     ``r + 1`` and ``i + 1``: skip edges between equal widths, else a shortcut holding
     :func:`shared_channels_kernel`.
+
+    Args:
+        architecture: the network's architecture.
+        parameters: its tensors in :meth:`WildParkArchitecture.keys` order.
+
+    Returns:
+        The ``ParameterGraph``.
     """
     a = architecture
     weights, biases = parameters[0::2], parameters[1::2]

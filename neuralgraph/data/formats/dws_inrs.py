@@ -67,7 +67,17 @@ def _resolve(name: str, src: Path, splits_file: Path) -> Path:
 
 
 def scan(src: Path, splits_file: Optional[Path] = None, split_seed: int = 0, **_) -> dict[str, list[InrEntry]]:
-    """The INRs of each split, in the split file's order (else by folder name)."""
+    """The INRs of each split, in the split file's order (else by folder name).
+
+    Args:
+        src: the source folder.
+        splits_file: a JSON split file, or ``None`` to split by folder name.
+        split_seed: the seed of the validation split without a split file.
+        **_: options of other formats, not used.
+
+    Returns:
+        The entries by split.
+    """
     if splits_file is not None:
         try:
             table = json.loads(Path(splits_file).read_text())
@@ -102,7 +112,15 @@ def scan(src: Path, splits_file: Optional[Path] = None, split_seed: int = 0, **_
 
 
 def read(entry: InrEntry, layout: Optional[tuple[int, ...]] = None) -> tuple[list[Tensor], list[Tensor], int]:
-    """Weights, biases (``nn.Linear`` layout) and label of one INR file."""
+    """Weights, biases (``nn.Linear`` layout) and label of one INR file.
+
+    Args:
+        entry: the INR.
+        layout: the layout every INR of the source must have, or ``None``.
+
+    Returns:
+        ``(weights, biases, label)``.
+    """
     state = load_tensors(entry.file)
     label = entry.label
     if "label" in state:

@@ -70,7 +70,18 @@ def _entry(idx: int, path: Path, label: int, copy: int = 0) -> InrEntry:
 
 def scan(src: Path, prefix: str = PREFIX, augmented: int = 0, split_points: Sequence[int] = SPLIT_POINTS,
          **_) -> dict[str, list[InrEntry]]:
-    """The INRs of each split in index order; ``augmented`` copies of each training INR after the base set."""
+    """The INRs of each split in index order; ``augmented`` copies of each training INR after the base set.
+
+    Args:
+        src: the source folder.
+        prefix: the folder name of the base set.
+        augmented: augmented copies per training INR to add.
+        split_points: ``(val, test)``, the indices where the validation and test splits start.
+        **_: options of other formats, not used.
+
+    Returns:
+        The entries by split.
+    """
     val_point, test_point = split_points
     if not 0 < val_point <= test_point:
         raise SourceError(f"split points {tuple(split_points)}: expected 0 < val <= test")
@@ -92,7 +103,15 @@ def scan(src: Path, prefix: str = PREFIX, augmented: int = 0, split_points: Sequ
 
 
 def read(entry: InrEntry, layout: Optional[tuple[int, ...]] = None) -> tuple[list[Tensor], list[Tensor], int]:
-    """Weights, biases (``nn.Linear`` layout) and label of one SIREN file."""
+    """Weights, biases (``nn.Linear`` layout) and label of one SIREN file.
+
+    Args:
+        entry: the SIREN.
+        layout: the layout every SIREN of the source must have, or ``None``.
+
+    Returns:
+        ``(weights, biases, label)``.
+    """
     state = load_tensors(entry.file)
     hidden = len([k for k in state if isinstance(k, str) and re.fullmatch(r"net\.\d+\.linear\.weight", k)])
     if hidden == 0:

@@ -44,7 +44,13 @@ ARCHITECTURE = {"kernel": 3, "stride": 2, "padding": "valid", "pooling": "global
 
 @dataclass(frozen=True)
 class ZooLayer:
-    """One layer of ``layout.csv``: its columns of ``weights.npy`` and TensorFlow shapes."""
+    """One layer of ``layout.csv``: its columns of ``weights.npy`` and TensorFlow shapes.
+
+    Attributes:
+        name: the layer's name.
+        kernel: the kernel's columns and TensorFlow shape.
+        bias: the bias's columns and shape.
+    """
 
     name: str
     kernel: tuple[slice, tuple[int, ...]]
@@ -53,7 +59,15 @@ class ZooLayer:
 
 @dataclass
 class ZooSource:
-    """A Small-CNN-Zoo folder: the memory-mapped weights, its layers, and the rows of each split."""
+    """A Small-CNN-Zoo folder: the memory-mapped weights, its layers, and the rows of each split.
+
+    Attributes:
+        root: the zoo folder.
+        weights: ``[N, P]``, memory-mapped.
+        layers: the layers of ``layout.csv``.
+        splits: split -> row numbers of ``weights.npy``.
+        metrics: column -> per-row values (float for metrics, str for the rest).
+    """
 
     root: Path
     weights: np.ndarray  # memory-mapped [N, P]
@@ -145,7 +159,14 @@ def _read_order(path: Path, rows: int, order_header: str) -> np.ndarray:
 
 
 def nfn_split(count: int) -> dict[str, list[int]]:
-    """NFN's ``_split_indices_iid``: positions of the train, val and test entries among ``count``."""
+    """NFN's ``_split_indices_iid``: positions of the train, val and test entries among ``count``.
+
+    Args:
+        count: entries.
+
+    Returns:
+        Positions by split.
+    """
     test_point = int(0.5 * count)
     trainval = list(range(test_point))
     val_point = int(0.8 * len(trainval))
@@ -155,7 +176,20 @@ def nfn_split(count: int) -> dict[str, list[int]]:
 
 def scan(src: Path, splits_file: Optional[Path] = None, steps: Sequence[int] = (FINAL_STEP,),
          activations: Optional[Sequence[str]] = None, order_header: str = "data", **_) -> ZooSource:
-    """The zoo at ``src``, split as NFN splits it; ``activations`` keeps those networks only."""
+    """The zoo at ``src``, split as NFN splits it; ``activations`` keeps those networks only.
+
+    Args:
+        src: the zoo folder.
+        splits_file: a file fixing the row order NFN splits, or ``None`` for the file's order.
+        steps: the training steps kept.
+        activations: the activations kept, or ``None`` for all.
+        order_header: ``"data"`` (the order file's first line is a row, as NFN reads it) or
+            ``"header"`` (it is skipped); module docstring.
+        **_: options of other formats, not used.
+
+    Returns:
+        The :class:`ZooSource`.
+    """
     path = src / "weights.npy"
     try:
         weights = np.load(path, mmap_mode="r")
@@ -182,7 +216,15 @@ def scan(src: Path, splits_file: Optional[Path] = None, steps: Sequence[int] = (
 
 def read_rows(source: ZooSource, rows: np.ndarray) -> tuple[list[Tensor], list[Tensor]]:
     """Weights ``[n, out, in, kh, kw]`` / ``[n, out, in]`` and biases ``[n, out]`` of ``rows``, in
-    PyTorch layout; only those rows are read from the memory-mapped file. Errors name the row."""
+    PyTorch layout; only those rows are read from the memory-mapped file. Errors name the row.
+
+    Args:
+        source: the zoo.
+        rows: row numbers of ``weights.npy``.
+
+    Returns:
+        ``(weights, biases)``, per layer.
+    """
     block = np.asarray(source.weights[np.sort(rows)], dtype=np.float32)
     block = block[np.argsort(np.argsort(rows))]  # back to the order of ``rows``
     bad = ~np.isfinite(block).all(axis=1)

@@ -17,7 +17,15 @@ class SourceError(ValueError):
 
 @dataclass(frozen=True)
 class InrEntry:
-    """One INR of a source: its file, class label and, where the source says, the MNIST digit it encodes."""
+    """One INR of a source: its file, class label and, where the source says, the MNIST digit it encodes.
+
+    Attributes:
+        file: the INR's file.
+        label: its class.
+        mnist_split: ``"train"`` or ``"test"``, the MNIST split of the digit, or ``None``.
+        mnist_index: index of the digit in that split; -1 when the source does not say.
+        copy: 0 for the INR itself; ``i > 0`` for augmented copy ``i - 1`` (NFN's ``randinit_smaller_aug{i-1}``).
+    """
 
     file: Path
     label: int
@@ -30,7 +38,14 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def plain_text(message: str) -> str:
-    """``message`` without terminal escape codes (torch's messages carry bold markers)."""
+    """``message`` without terminal escape codes (torch's messages carry bold markers).
+
+    Args:
+        message: a message.
+
+    Returns:
+        The text.
+    """
     return ANSI_ESCAPE.sub("", message).strip() or "no message"
 
 
@@ -59,6 +74,12 @@ def load_tensors(path: Path) -> dict:
     """The dict a ``.pth``/``.pt`` file holds, read with ``torch.load(weights_only=True)``.
 
     A pickle that needs anything beyond tensors and plain containers is refused, never executed.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The dict.
     """
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
@@ -79,6 +100,15 @@ def linear_layers(state: dict, keys: Sequence[tuple[str, str]], path: Path,
 
     Consecutive layers must chain (``weight[l].shape[1] == weight[l - 1].shape[0]``) and match
     ``layout`` when given; every value must be finite. Errors name ``path`` and the key.
+
+    Args:
+        state: the file's dict.
+        keys: ``(weight key, bias key)`` per layer.
+        path: the file, for errors.
+        layout: the layout the layers must have, or ``None``.
+
+    Returns:
+        ``(weights, biases)``, per layer.
     """
     weights, biases = [], []
     for weight_key, bias_key in keys:
@@ -107,12 +137,25 @@ def linear_layers(state: dict, keys: Sequence[tuple[str, str]], path: Path,
 
 
 def unused_keys(state: dict, used: Sequence[str], path: Path) -> None:
-    """Refuse tensors the reader does not place (nothing of a source is silently dropped)."""
+    """Refuse tensors the reader does not place (nothing of a source is silently dropped).
+
+    Args:
+        state: the file's dict.
+        used: the keys the reader placed.
+        path: the file, for errors.
+    """
     extra = sorted(str(k) for k in state if k not in used)
     if extra:
         raise SourceError(f"{path}: unexpected keys {extra[:4]}; not a network of this format")
 
 
 def natural_key(path: Path) -> list:
-    """Sort key that orders ``net2`` before ``net10``."""
+    """Sort key that orders ``net2`` before ``net10``.
+
+    Args:
+        path: a path.
+
+    Returns:
+        Its parts, digit runs as integers.
+    """
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]

@@ -35,6 +35,14 @@ _FOLDS = {(nn.Conv1d, (nn.BatchNorm1d, nn.SyncBatchNorm)): fuse_conv_bn_eval,
 
 
 def has_batchnorm(module: nn.Module) -> bool:
+    """Whether ``module`` contains a BatchNorm layer (which :func:`fold_batchnorm` folds).
+
+    Args:
+        module: any module.
+
+    Returns:
+        ``True`` if one of its submodules is a ``BatchNorm1d``/``2d``.
+    """
     return any(isinstance(sub, _NORMS) for sub in module.modules())
 
 
@@ -69,6 +77,12 @@ def fold_batchnorm(module: nn.Module) -> nn.Module:
     Errors: a module in training mode (folding uses the running statistics), one that
     ``torch.fx`` cannot trace, and a BatchNorm that does not read a layer's output directly
     (after an activation, pooling or a merge) or tracks no running statistics.
+
+    Args:
+        module: a module in eval mode.
+
+    Returns:
+        The folded copy, in eval mode (``module`` itself is not changed).
     """
     if module.training:
         raise GraphConversionError(f"{type(module).__name__} is in training mode: BatchNorm is folded with its "
@@ -94,6 +108,13 @@ def unfold_into(template: nn.Module, folded: nn.Module) -> nn.Module:
     Each folded layer's weight goes into the template's layer; the BatchNorm after it becomes
     the identity (``gamma`` 1, running mean 0, running variance ``1 - eps``) and the folded bias
     goes into its ``beta`` (the layer's own bias, if any, 0), or, without ``beta``, into the layer's bias.
+
+    Args:
+        template: the module with its BatchNorm layers.
+        folded: parameters in the folded form, e.g. read from a graph.
+
+    Returns:
+        The new module.
     """
     pairs: list[tuple[str, str]] = []
     _fuse(template, pairs)

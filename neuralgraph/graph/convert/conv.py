@@ -35,6 +35,14 @@ class Conv2dConverter(LayerConverter):
         return ((module.in_channels, size, size) for size in PROBE_SIZES)
 
     def describe(self, module):
+        """The layer's settings that are not edge features, as recorded in ``graph.architecture``.
+
+        Args:
+            module: the ``nn.Conv2d``.
+
+        Returns:
+            Its constructor call, e.g. ``Conv2d(1, 16, kernel_size=(3, 3), stride=(2, 2), ...)``.
+        """
         return (
             f"Conv2d({module.in_channels}, {module.out_channels}, kernel_size={module.kernel_size}, "
             f"stride={module.stride}, padding={module.padding}, dilation={module.dilation}, "

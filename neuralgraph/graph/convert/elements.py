@@ -56,8 +56,10 @@ from neuralgraph.graph.schema import (
     GraphConversionError,
 )
 
-SOURCE = -1  # in an EdgeGroup: the node layer the element reads; k >= 0: the element's k-th new layer
-ROLES = ("hidden", "group", "position")  # hidden neurons, group nodes (heads, groups), ordered positions
+#: In an :class:`EdgeGroup`, the node layer the element reads (``k >= 0``: the element's ``k``-th new layer).
+SOURCE = -1
+#: Roles of an element's node layers, which are hidden neurons, group nodes (heads, groups) or ordered positions.
+ROLES = ("hidden", "group", "position")
 
 
 @dataclass
@@ -67,6 +69,14 @@ class EdgeGroup:
     ``pattern``: ``"full"`` (features ``[d_t, d_s, f]``, one edge per pair, row-major),
     ``"diagonal"`` (``[d, f]``, neuron ``j`` to neuron ``j``) or ``"assign"`` (``[d_s, f]``,
     neuron ``j`` to neuron ``assign[j]``).
+
+    Attributes:
+        kind: the edge kind (:data:`~neuralgraph.graph.schema.EDGE_KINDS` code).
+        source: the node layer the edges leave, within the element (:data:`SOURCE`: the layer it reads).
+        target: the node layer they enter, within the element.
+        pattern: ``"full"``, ``"diagonal"`` or ``"assign"``.
+        features: the edges' features, shaped by ``pattern``.
+        assign: ``[d_s]`` target of each source neuron, for ``"assign"``.
     """
 
     kind: int
@@ -91,7 +101,14 @@ class EdgeGroup:
 
 @dataclass
 class Element:
-    """What one element adds to the graph: node layers (``widths``, ``roles``, ``biases``) and edge groups."""
+    """What one element adds to the graph: node layers (``widths``, ``roles``, ``biases``) and edge groups.
+
+    Attributes:
+        widths: neurons of each new node layer.
+        roles: the role of each new node layer, one of :data:`ROLES`.
+        biases: per new node layer, the biases of its neurons.
+        groups: the element's edge groups.
+    """
 
     widths: list[int]
     roles: list[str]
@@ -102,7 +119,7 @@ class Element:
 class ElementConverter(abc.ABC):
     """A layer that becomes an :class:`Element`. Subclass and register with ``@register_converter(LayerType)``."""
 
-    #: where the layer expects its features: ``"last"`` (tokens, ``[..., D]``) or ``"channels"`` (dim 1)
+    #: where the layer expects its features, ``"last"`` (tokens, ``[..., D]``) or ``"channels"`` (dim 1)
     feature_axis = "last"
     #: which of its new node layers holds its output neurons
     output = -1

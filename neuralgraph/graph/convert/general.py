@@ -54,7 +54,15 @@ class _Group:
 
 @dataclass
 class GeneralLayout:
-    """Where each piece's parameters are in a general graph: its node layers and its edge rows."""
+    """Where each piece's parameters are in a general graph: its node layers and its edge rows.
+
+    Attributes:
+        order: walk levels in storage order.
+        pieces: each piece with the rows of its edge groups.
+        skips: rows of each residual skip.
+        shortcuts: each projection shortcut ``(layer, converter, a, b)`` with its rows.
+        structural: rows whose features the structure fixes.
+    """
 
     order: list[int]  # walk levels in storage order
     pieces: list[tuple[Piece, list[slice]]] = field(default_factory=list)
@@ -68,7 +76,15 @@ def _layer_block(name: str, module: nn.Module, converter, in_neurons: Optional[i
 
 
 def general_graph(module: nn.Module, chain: Chain) -> tuple[ParameterGraph, GeneralLayout]:
-    """The parameter graph of ``module`` whose walk is ``chain`` (``chain.general``), and its layout."""
+    """The parameter graph of ``module`` whose walk is ``chain`` (``chain.general``), and its layout.
+
+    Args:
+        module: the module walked.
+        chain: its walk (:func:`~neuralgraph.graph.convert.trace.trace_chain`).
+
+    Returns:
+        ``(graph, layout)``.
+    """
     widths = list(chain.widths)
     biases: dict[int, Tensor] = {}
     groups: list[list[_Group]] = []
@@ -159,7 +175,16 @@ def _locate(group: EdgeGroup, piece: Piece, widths: list[int]) -> _Group:
 
 
 def load_general(graph, result: nn.Module, chain: Chain) -> nn.Module:
-    """Write a general graph's parameters into ``result`` (a copy of the template walked as ``chain``)."""
+    """Write a general graph's parameters into ``result`` (a copy of the template walked as ``chain``).
+
+    Args:
+        graph: a general parameter graph of the template's architecture.
+        result: the module written into.
+        chain: the template's walk.
+
+    Returns:
+        ``result``.
+    """
     expected, layout = general_graph(result, chain)
     for name in ("layout", "node_layer", "edge_index", "edge_kind", "edge_layer"):
         mine, theirs = getattr(graph, name, None), getattr(expected, name)

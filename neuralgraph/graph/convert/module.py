@@ -28,7 +28,8 @@ from neuralgraph.graph.convert.trace import Chain, trace_chain
 from neuralgraph.graph.decode import check_finite, common_layout, graph_shortcuts, graph_skips, graph_to_blocks
 from neuralgraph.graph.schema import Graph, GraphConversionError, activation_codes
 
-SHORTCUT_BIAS_ULPS = 1024  # probe-check tolerance (in eps of the dtype) when a shortcut's bias moved
+#: The probe check's tolerance, in units of the dtype's eps, when a shortcut's bias moved.
+SHORTCUT_BIAS_ULPS = 1024
 
 
 def _module_layers(module: nn.Module, chain: Chain) -> list[tuple[str, Tensor, Optional[Tensor], LayerConverter]]:
@@ -75,6 +76,13 @@ def module_to_graph(source: Union[nn.Module, StateDict], example_input: Optional
     The module rebuilt from the graph must compute exactly the module's output on it; with a
     projection shortcut whose bias moved into the main path's layer, up to float rounding
     (:data:`SHORTCUT_BIAS_ULPS` units of the dtype's precision, relative to the largest output).
+
+    Args:
+        source: a module, or a state dict of ``Linear``/``Conv2d`` layers.
+        example_input: the probe input for a module.
+
+    Returns:
+        Its ``ParameterGraph``.
     """
     if isinstance(source, nn.Module):
         if has_batchnorm(source):
@@ -105,6 +113,10 @@ class ModuleConverter:
     only has its parameters read along the template's walk (a ZooViT: 8 ms against 124 ms, AMD EPYC).
     A module must compute as the template does: one of another type, other parameter shapes or
     other submodules or settings (another activation, stride, number of heads) is refused in one line.
+
+    Args:
+        template: a module of the architecture.
+        example_input: the probe input, as in :func:`module_to_graph`.
     """
 
     def __init__(self, template: nn.Module, example_input: Optional[Tensor] = None):
@@ -161,6 +173,14 @@ def graph_to_module(graph: Graph, template: Union[nn.Module, StateDict],
     graph that records an architecture (from :func:`module_to_graph`) is refused by a module
     template whose traced architecture differs, e.g. in a convolution's stride or padding.
     ``example_input`` as in :func:`module_to_graph`, for tracing the template.
+
+    Args:
+        graph: one parameter graph.
+        template: a module or a state dict of the architecture.
+        example_input: the probe input for a module template.
+
+    Returns:
+        The new module, or state dict.
     """
     if getattr(graph, "num_graphs", 1) != 1:
         raise GraphConversionError("graph_to_module takes a single graph; index the batch first")

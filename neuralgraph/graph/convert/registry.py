@@ -48,7 +48,14 @@ _CONVERTERS: dict[type, object] = {}
 def register_converter(layer_type: type):
     """Class decorator registering a converter for ``layer_type`` (and subclasses): a
     :class:`LayerConverter`, or an :class:`~neuralgraph.graph.convert.elements.ElementConverter`
-    for a layer that becomes several node layers."""
+    for a layer that becomes several node layers.
+
+    Args:
+        layer_type: the ``nn.Module`` class converted.
+
+    Returns:
+        The decorator, which registers an instance of the class and returns the class.
+    """
 
     def decorator(converter_cls):
         _CONVERTERS[layer_type] = converter_cls()
@@ -58,7 +65,14 @@ def register_converter(layer_type: type):
 
 
 def converter_for(layer: Union[nn.Module, type]) -> Optional[object]:
-    """The converter registered for ``layer`` (a module or a layer type) or its nearest base class; None if none."""
+    """The converter registered for ``layer`` (a module or a layer type) or its nearest base class; None if none.
+
+    Args:
+        layer: a module or a module class.
+
+    Returns:
+        The converter instance, or ``None``.
+    """
     for cls in (layer if isinstance(layer, type) else type(layer)).__mro__:
         if cls in _CONVERTERS:
             return _CONVERTERS[cls]
@@ -67,7 +81,18 @@ def converter_for(layer: Union[nn.Module, type]) -> Optional[object]:
 
 def layer_block(name: str, weight: Tensor, bias: Optional[Tensor], converter: LayerConverter,
                 in_neurons: Optional[int]) -> tuple[Tensor, Tensor]:
-    """One layer's edge block and bias (zeros when it has none); errors name the layer."""
+    """One layer's edge block and bias (zeros when it has none); errors name the layer.
+
+    Args:
+        name: the layer's qualified name, for errors.
+        weight: its weight.
+        bias: its bias, or ``None``.
+        converter: its converter.
+        in_neurons: neurons of the layer it reads (``None``: the network's input).
+
+    Returns:
+        ``(block [d_out, d_in, f], bias [d_out])``.
+    """
     weight = weight.detach()
     try:
         block = converter.to_block(weight, bias, in_neurons)
@@ -80,7 +105,19 @@ def layer_block(name: str, weight: Tensor, bias: Optional[Tensor], converter: La
 
 def layer_weight(name: str, weight: Tensor, bias: Optional[Tensor], conv: LayerConverter, block: Tensor,
                  in_neurons: Optional[int]) -> Tensor:
-    """The weight of a template layer from its ``[d_out, d_in, F]`` edge block; features past its own must be 0."""
+    """The weight of a template layer from its ``[d_out, d_in, F]`` edge block; features past its own must be 0.
+
+    Args:
+        name: the layer's qualified name, for errors.
+        weight: the template layer's weight (shape and dtype).
+        bias: the template layer's bias, or ``None``.
+        conv: its converter.
+        block: the edge block read from a graph, ``[d_out, d_in, F]``.
+        in_neurons: neurons of the layer it reads (``None``: the network's input).
+
+    Returns:
+        A weight of ``weight``'s shape and dtype.
+    """
     expected = conv.to_block(weight.detach(), bias, in_neurons).shape
     if tuple(block.shape[:2]) != tuple(expected[:2]):
         raise GraphConversionError(

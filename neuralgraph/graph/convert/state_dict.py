@@ -18,7 +18,14 @@ StateDict = Mapping[str, Tensor]
 
 
 def state_dict_layers(state_dict: StateDict) -> list[tuple[str, Tensor, Optional[Tensor], LayerConverter]]:
-    """Group ``<prefix>.weight``/``<prefix>.bias`` keys in order; infer Linear (2-D) or Conv2d (4-D)."""
+    """Group ``<prefix>.weight``/``<prefix>.bias`` keys in order; infer Linear (2-D) or Conv2d (4-D).
+
+    Args:
+        state_dict: ``<layer>.weight``/``<layer>.bias`` keys only, in data-flow order.
+
+    Returns:
+        Per layer ``(prefix, weight, bias or None, converter)``.
+    """
     groups: OrderedDict[str, dict[str, Tensor]] = OrderedDict()
     for key, value in state_dict.items():
         prefix, _, leaf = key.rpartition(".")

@@ -83,7 +83,20 @@ class _Recorder(fx.Interpreter):
 class Chain:
     """What the walk found: parametric layers (qualified names) in data-flow order, the
     architecture entries of every step, the residual skips ``(a, b)`` between node layers, the
-    projection shortcuts, the activation of each node layer and the shape and dtype of the probe input."""
+    projection shortcuts, the activation of each node layer and the shape and dtype of the probe input.
+
+    Attributes:
+        layers: ``(qualified name, converter)`` of each parametric layer, in data-flow order.
+        architecture: one entry per step of the walk (layers with their settings, activations, ...).
+        skips: residual skips ``(a, b)`` between node layers.
+        shortcuts: projection shortcuts ``(layer, converter, a, b)``.
+        activations: the activation of each node layer.
+        probe_shape: the shape of the probe input.
+        probe_dtype: its dtype.
+        pieces: the converted layers, elements and positional embeddings (:class:`Piece`).
+        widths: neurons of each node layer, in the order the walk made them.
+        roles: ``"input"``, ``"hidden"``, ``"output"``, ``"group"`` or ``"position"`` per node layer.
+    """
 
     layers: tuple[tuple[str, LayerConverter], ...]
     architecture: tuple[str, ...]
@@ -102,14 +115,22 @@ class Chain:
         return any(not isinstance(p.converter, LayerConverter) for p in self.pieces)
 
 
-POSITION = "position"  # the converter of a positional-embedding piece
+#: The converter of a positional-embedding piece.
+POSITION = "position"
 
 
 @dataclass(frozen=True)
 class Piece:
     """One converted layer, element or positional embedding: its qualified name, converter
     (:class:`LayerConverter`, :class:`ElementConverter` or :data:`POSITION`), the node layer it
-    reads and the node layers it makes (a positional embedding: its position nodes, added to ``source``)."""
+    reads and the node layers it makes (a positional embedding: its position nodes, added to ``source``).
+
+    Attributes:
+        name: the qualified name of the layer or parameter.
+        converter: its converter, or :data:`POSITION`.
+        source: the node layer it reads.
+        levels: the node layers it makes.
+    """
 
     name: str
     converter: object
@@ -547,5 +568,13 @@ class _Walk:
 
 
 def trace_chain(module: nn.Module, example_input: Optional[Tensor] = None) -> Chain:
-    """The :class:`Chain` of ``module``'s data flow; an error names the first node a graph cannot record."""
+    """The :class:`Chain` of ``module``'s data flow; an error names the first node a graph cannot record.
+
+    Args:
+        module: the module to walk.
+        example_input: the probe input (default: built from the first layer).
+
+    Returns:
+        The :class:`Chain`.
+    """
     return _Walk(module, example_input).chain()
