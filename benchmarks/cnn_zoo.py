@@ -1,6 +1,6 @@
 """Generalization prediction on a CNN zoo: Kendall's tau and R^2 of each metanetwork vs StatNN.
 
-Fits every ``configs/cnn_zoo/*.yaml`` on the zoo (``neuralgraph make-cnn-zoo``) through the CLI
+Fits every ``configs/examples/generalization_prediction/cnn_zoo_*.yaml`` on the zoo (``neuralgraph make-cnn-zoo``) through the CLI
 (test at the best-validation checkpoint), and StatNN (Unterthiner et al., 2020): per-layer
 weight and bias statistics (:func:`~neuralgraph.data.cnn_zoo.weight_statistics`), standardised,
 into an MLP trained with the same data split, MSE loss and best-validation epoch. Writes a
@@ -23,7 +23,9 @@ from neuralgraph.data.cnn_zoo import ZOO_FOLDER, CnnZooDataset, weight_statistic
 from neuralgraph.data.shards import read_manifest
 from neuralgraph.training.cli import run_lightning_cli
 
-CONFIGS = sorted(Path(__file__).resolve().parent.parent.joinpath("configs", "cnn_zoo").glob("*.yaml"))
+CONFIG_PREFIX = "cnn_zoo_"  # of the example configs that read a make-cnn-zoo folder; a row is named by the rest
+CONFIGS = sorted(Path(__file__).resolve().parent.parent.joinpath("configs", "examples", "generalization_prediction")
+                 .glob(f"{CONFIG_PREFIX}*.yaml"))
 
 
 def scores(prediction: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
@@ -87,7 +89,7 @@ def main() -> None:
     spread = {key: torch.tensor([r[key] for r in runs]).std().item() for key in runs[0]}
     for config in args.configs:
         start = time.perf_counter()
-        rows.append((config.stem, metanet(config, args.zoo, args.epochs, args.runs), time.perf_counter() - start))
+        rows.append((config.stem.removeprefix(CONFIG_PREFIX), metanet(config, args.zoo, args.epochs, args.runs), time.perf_counter() - start))
     q = torch.quantile(accuracy, torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0])).tolist()
     lines = [
         f"# Generalization prediction on a CNN zoo ({manifest['networks']} networks x "

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from neuralgraph.bench.runner import config_file
+
 ROOT = Path(__file__).resolve().parents[1]
 FULL_SPLITS = {"train": 55_000, "val": 5_000}  # the full protocol's INRs per epoch (its test split runs once)
 PUBLISHED_HOURS = (4, 10)  # the paper's time per dilation run on an A100
@@ -107,7 +109,7 @@ def dilation_slice(args, device: torch.device) -> dict:
                "full_splits": FULL_SPLITS, "published_hours_per_run": list(PUBLISHED_HOURS), "runs": {}}
     for k in args.k:
         settings = dilation.run_settings(dilation.PROTOCOLS["full"], args.arch, k)
-        config = yaml.safe_load((ROOT / settings["config"]).read_text())
+        config = yaml.safe_load(config_file(settings["config"], ROOT).read_text())
         metanet_config = {**settings["metanet_config"], **json.loads(args.metanet_config or "{}")}
         width = metanet_config.pop("hidden_dim")
         model_args = {**config["model"]["init_args"], "metanet": settings["metanet"], "metanet_config": metanet_config,
@@ -172,7 +174,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", type=Path, help="write the results here")
     dilation = parser.add_argument_group("dilation")
-    dilation.add_argument("--arch", default="gmn", help="a row of the full protocol (configs/dilation/paper)")
+    dilation.add_argument("--arch", default="gmn", help="a row of the full protocol (configs/benchmarks/dilation/paper)")
     dilation.add_argument("--k", type=int, nargs="+", default=[1, 8])
     dilation.add_argument("--epochs", type=int, default=2, help="epochs of the slice (the first is warm-up)")
     dilation.add_argument("--limit-train", type=int, default=1024, help="training INRs of the slice")

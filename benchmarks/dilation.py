@@ -20,7 +20,7 @@ naming the field, never silently mixed into a table.
 Protocols (see docs/benchmarks.md for why they are sized as they are):
 
 * ``full``: the paper's: 55k/5k/10k INRs, 150 epochs, batch 32, 3 seeds, every row of the
-  paper's table at its published size (``configs/dilation/paper``), k in 1, 2, 4, 8. For a GPU;
+  paper's table at its published size (``configs/benchmarks/dilation/paper``), k in 1, 2, 4, 8. For a GPU;
   the device is chosen automatically.
 * ``cpu``: 1,000/300/300 INRs, 12 epochs, every registered metanetwork and the probe- and
   gradient-feature variants (:data:`CPU_SYSTEMS`), 3 layers, each at the width whose k = 1
@@ -29,7 +29,7 @@ Protocols (see docs/benchmarks.md for why they are sized as they are):
   then GMN k = 1 seeds 3-23 (the ensembles of ``benchmarks/oce_ablation.py``); then the ablation's
   decoder variants (:data:`CPU_DECODER_VARIANTS`) at k = 8, three seeds; then GMN trained under
   bfloat16 autocast (:data:`CPU_PRECISION_VARIANTS`) at k = 1 and 8, one seed.
-  All runs share ``configs/dilation/gmn_k<k>.yaml`` (task, optimiser, batch) but the metanetwork.
+  All runs share ``configs/benchmarks/dilation/gmn_k<k>.yaml`` (task, optimiser, batch) but the metanetwork.
 * ``cpu-large``: the ``cpu`` settings on 5,000/1,000/1,000 INRs for 30 epochs, GMN and DWS.
 * ``smoke``: every paper row at k=1 and k=2, tiny data and widths, one epoch: plumbing only.
 
@@ -45,13 +45,13 @@ from pathlib import Path
 
 from neuralgraph.bench import Benchmark, Column, main
 from neuralgraph.bench.published import DILATION_MSE
-from neuralgraph.bench.runner import fit_arguments
+from neuralgraph.bench.runner import benchmark_configs, config_file, config_name, fit_arguments
 from neuralgraph.bench.tables import EPOCHS, HIDDEN_DIM, PARAMETERS, PEAK_MEMORY, mean_std, wall_minutes
-from neuralgraph.bench.widths import REFERENCE, budget_options, matched_width
+from neuralgraph.bench.widths import REFERENCE, budget_options, inr_spec, matched_width
 from neuralgraph.nn import METANETS
 
 ROOT = Path(__file__).resolve().parents[1]
-# The systems of the paper's dilation table at their published sizes: configs/dilation/paper/<row>_k<k>.yaml.
+# The systems of the paper's dilation table at their published sizes: configs/benchmarks/dilation/paper/<row>_k<k>.yaml.
 PAPER_ROWS = ("nft", "np_nfn", "ng_gnn64", "ng_t64", "scalegmn_b", "scalegmn_b_gradmetanet", "gmn_gradmetanet", "dws",
               "gmn")
 # The architecture table of the cpu protocols: name -> (registered metanet, options beside the width):
@@ -103,7 +103,7 @@ PROTOCOLS = {
 
 
 def run_settings(protocol: dict, arch: str, k: int) -> dict:
-    """What determines a run but its seed: config file, metanet, its config at k = 1, data, trainer
+    """What determines a run but its seed: config (its shipped name), metanet, its config at k = 1, data, trainer
     (and ``decoder_members`` for the decoder variants, the trainer's ``precision`` for the precision ones)."""
     if protocol.get("systems") == "cpu" and arch in CPU_DECODER_VARIANTS:
         system, members = CPU_DECODER_VARIANTS[arch]
@@ -119,17 +119,17 @@ def run_settings(protocol: dict, arch: str, k: int) -> dict:
         from neuralgraph.nn.budget import model_parameters
 
         metanet, options = CPU_SYSTEMS[arch]
-        target = model_parameters(REFERENCE[0], REFERENCE[1], 1)[0]
-        config_file, metanet_config = config_path("dilation", "gmn", k), matched_width(arch, metanet, options, target)
+        target = model_parameters(REFERENCE[0], REFERENCE[1], 1, spec=inr_spec())[0]
+        path, metanet_config = config_path("dilation", "gmn", k), matched_width(arch, metanet, options, target)
     else:
         import yaml
 
-        config_file = config_path(protocol["configs"], arch, k)
-        init_args = yaml.safe_load(config_file.read_text())["model"]["init_args"]
+        path = config_path(protocol["configs"], arch, k)
+        init_args = yaml.safe_load(path.read_text())["model"]["init_args"]
         reference = {"hidden_dim": init_args["reference_hidden_dim"]} if "reference_hidden_dim" in init_args else {}
         metanet, metanet_config = init_args["metanet"], {**init_args["metanet_config"], **reference,
                                                           **protocol.get("metanet_config", {})}
-    return {"config": str(config_file.relative_to(ROOT)), "metanet": metanet, "metanet_config": metanet_config,
+    return {"config": config_name(path, ROOT), "metanet": metanet, "metanet_config": metanet_config,
             "budget_width_multiple": PROTOCOL_WIDTH_MULTIPLE, "data": protocol["data"], "trainer": protocol["trainer"]}
 
 
@@ -145,13 +145,13 @@ def run_arguments(settings: dict, seed: int, data_root: Path, out: Path) -> list
     model = {"reference_hidden_dim": width, "budget_width_multiple": settings["budget_width_multiple"]}
     if "decoder_members" in settings:
         model["decoder_members"] = settings["decoder_members"]
-    return fit_arguments(ROOT / settings["config"], seed, data_root, out, settings["metanet"], config,
+    return fit_arguments(config_file(settings["config"], ROOT), seed, data_root, out, settings["metanet"], config,
                          settings["data"], settings["trainer"], model, build=True)
 
 
 def config_path(folder: str, arch: str, k: int) -> Path:
-    """``configs/<folder>/<arch>_k<k>.yaml``; FileNotFoundError naming it when absent."""
-    path = ROOT / "configs" / folder / f"{arch}_k{k}.yaml"
+    """``configs/benchmarks/<folder>/<arch>_k<k>.yaml``; FileNotFoundError naming it when absent."""
+    path = benchmark_configs(ROOT, folder) / f"{arch}_k{k}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"{path.relative_to(ROOT)}: no config for {arch} at k={k} in this protocol")
     return path

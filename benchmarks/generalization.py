@@ -1,7 +1,7 @@
 """Generalization prediction on a Small-CNN-Zoo-format MNIST zoo: Kendall's tau and R^2 of every architecture.
 
     python benchmarks/generalization.py --protocol smoke|cpu [--archs ...] [--seeds 0 1 2] [--zoo DIR]
-    python benchmarks/generalization.py --write-configs     # configs/generalization/<system>.yaml
+    python benchmarks/generalization.py --write-configs     # configs/benchmarks/generalization/<system>.yaml
 
 The zoo is written by ``neuralgraph make-cnn-zoo --preset small-cnn-zoo`` (the Small CNN Zoo's
 architecture, hyperparameter distribution and file format, trained on MNIST here) and read through
@@ -50,6 +50,7 @@ import torch
 
 from neuralgraph.bench import Benchmark, Column, Data, main
 from neuralgraph.bench.benchmark import write_fit_config
+from neuralgraph.bench.runner import benchmark_configs
 from neuralgraph.bench.machine import cpu_description
 from neuralgraph.bench.published import CIFAR10_GS_TAU
 from neuralgraph.bench.tables import EPOCHS, HIDDEN_DIM, PARAMETERS, SYSTEM, published_column, seeds_column, wall_column
@@ -58,14 +59,14 @@ from neuralgraph.bench.widths import (BUDGET_TOLERANCE, REFERENCE, budget_option
 from neuralgraph.nn import METANETS
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs" / "generalization"
+CONFIGS = benchmark_configs(ROOT, "generalization")
 LAYER_FEATURES = [9, 9, 9, 1]  # real edge features of the zoo's weight layers: three 3x3 kernels, the classifier
 # system -> (registered metanet or baseline, options beside the width, activations of the networks read or None)
 SYSTEMS = {
     "statnn": ("statnn", {"num_layers": 2, "dropout": 0.0, "layer_features": LAYER_FEATURES}, None),
     **{name: (name, budget_options(name), None) for name, cls in METANETS.items() if cls.scaling is None},
-    "scalegmn_tanh": ("scalegmn", {"activation": "tanh"}, "tanh"),
-    "scalegmn_b_tanh": ("scalegmn_b", {"activation": "tanh"}, "tanh"),
+    "scalegmn_tanh": ("scalegmn", {"network_activation": "tanh"}, "tanh"),
+    "scalegmn_b_tanh": ("scalegmn_b", {"network_activation": "tanh"}, "tanh"),
     "gmn_tanh": ("gmn", {}, "tanh"),
 }
 # registered metanetworks that do not run on the mixed zoo, and why (a line of the table)
@@ -124,7 +125,7 @@ def reference_parameters() -> int:
 
 
 def budget_config(system: str) -> dict:
-    """The metanet config of ``configs/generalization/<system>.yaml``: ``CPU_DEPTH`` and the system's
+    """The metanet config of ``configs/benchmarks/generalization/<system>.yaml``: ``CPU_DEPTH`` and the system's
     options at the width whose model is nearest GMN's at hidden 64 on the mixed zoo (within its declared
     ``budget_tolerance``)."""
     metanet, options, subset = SYSTEMS[system]
@@ -133,7 +134,7 @@ def budget_config(system: str) -> dict:
 
 
 def write_configs() -> list[Path]:
-    """``configs/generalization/<system>.yaml`` for every system, at the matched width."""
+    """``configs/benchmarks/generalization/<system>.yaml`` for every system, at the matched width."""
     return [write_fit_config(
         CONFIGS / f"{system}.yaml",
         f"# Generalization prediction (benchmarks/generalization.py): {system} at GMN's hidden-64 budget"
@@ -143,7 +144,7 @@ def write_configs() -> list[Path]:
         "neuralgraph.training.tasks.GeneralizationPrediction", {"metanet": metanet, "metanet_config": budget_config(system)},
         "neuralgraph.training.cnn_zoo_datamodule.CnnZooDataModule",
         {"root": "data/small_cnn_zoo_cpu-" + ("imported" if subset is None else subset), "batch_size": 32},
-        {"max_epochs": PROTOCOLS["cpu"]["trainer"]["max_epochs"], "default_root_dir": f"runs/generalization/{system}"})
+        {"max_epochs": PROTOCOLS["cpu"]["trainer"]["max_epochs"], "default_root_dir": f"runs/benchmarks/generalization/{system}"})
         for system, (metanet, _, subset) in SYSTEMS.items()]
 
 

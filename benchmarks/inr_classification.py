@@ -1,6 +1,7 @@
 """MNIST INR classification: every registered metanetwork at one parameter budget, beside the published accuracies.
 
     python benchmarks/inr_classification.py --protocol smoke|cpu|full [--archs ...] [--seeds 0 1 2] [--data-root DIR]
+    python benchmarks/inr_classification.py --write-configs     # configs/benchmarks/inr_classification/<arch>.yaml
 
 Without a selection the protocol's plan runs in its order; ``--archs``/``--seeds`` keep the planned
 runs they match, and both together ask for exactly those runs.
@@ -16,7 +17,7 @@ the JSON (temporary file, then rename), the markdown is regenerated from it, a r
 it holds, a run killed mid-fit resumes from its ``last.ckpt``, and a recorded run whose settings
 differ from the current ones is an error naming the field.
 
-Every architecture runs ``configs/inr_classification/<arch>.yaml``: 3 layers at the width whose
+Every architecture runs ``configs/benchmarks/inr_classification/<arch>.yaml``: 3 layers at the width whose
 classifier (metanetwork + readout) has the parameter count nearest GMN's at hidden 64, within 5%
 (``neuralgraph.bench.widths.matched_width`` counting the readout: readouts range from 16k to 136k parameters,
 so the editors' widths would leave the classifiers 40% apart). Protocols (docs/benchmarks.md says
@@ -34,9 +35,12 @@ otherwise) with the ``dws-released`` preset; a folder written by ``import-datase
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from neuralgraph.bench import Benchmark, Column, main
+from neuralgraph.bench.benchmark import write_fit_config
 from neuralgraph.bench.published import INR_CLASSIFICATION_ACCURACY
+from neuralgraph.bench.runner import benchmark_configs
 from neuralgraph.bench.tables import (
     EPOCHS,
     HIDDEN_DIM,
@@ -49,6 +53,8 @@ from neuralgraph.bench.tables import (
 from neuralgraph.bench.widths import REFERENCE, budget_options, matched_width, plan_order, readout_parameters
 from neuralgraph.nn import METANETS
 
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = benchmark_configs(ROOT, "inr_classification")
 DWS_RELEASED = {"preset": "dws-released"}
 NUM_CLASSES = 10
 
@@ -81,16 +87,31 @@ def classifier_parameters(metanet: str, config: dict) -> int:
 
 
 def budget_config(arch: str) -> dict:
-    """The metanet config of ``configs/inr_classification/<arch>.yaml``: ``CPU_DEPTH`` + the declared ``budget_options``
+    """The metanet config of ``configs/benchmarks/inr_classification/<arch>.yaml``: ``CPU_DEPTH`` + the declared ``budget_options``
     (``neuralgraph.bench.widths``) at the width whose classifier parameters are nearest GMN's at hidden 64
     (within 5%)."""
     return matched_width(arch, arch, budget_options(arch), classifier_parameters(*REFERENCE),
                          count=classifier_parameters)
 
 
+def write_configs() -> list[Path]:
+    """``configs/benchmarks/inr_classification/<arch>.yaml`` for every architecture, at the matched width, for
+    the full protocol's epochs on the folder ``make-inrs`` writes by default."""
+    return [write_fit_config(
+        CONFIGS / f"{arch}.yaml",
+        f"# MNIST INR classification with {arch} at GMN's hidden-64 parameter budget (benchmarks/inr_classification.py).\n",
+        "neuralgraph.training.tasks.InrClassification",
+        {"metanet": arch, "metanet_config": budget_config(arch), "num_classes": NUM_CLASSES}, None,
+        {"root": "data/inrs", "batch_size": 32, **DWS_RELEASED},
+        {"max_epochs": PROTOCOLS["full"]["trainer"]["max_epochs"],
+         "default_root_dir": f"runs/benchmarks/inr_classification/{arch}"})
+        for arch in METANETS]
+
+
 BENCHMARK = Benchmark(
     name="inr_classification", title="MNIST INR classification", doc=__doc__, script=__file__, protocols=PROTOCOLS,
-    systems=tuple(METANETS), configs="inr_classification", result_fields={"test_accuracy": "test/accuracy"},
+    systems=tuple(METANETS), configs="inr_classification", write_configs=write_configs,
+    result_fields={"test_accuracy": "test/accuracy"},
     progress=lambda result: f"test accuracy {100 * result['test_accuracy']:.2f}%",
     intro=["Test accuracy (%) at the best-validation checkpoint, mean ± std over seeds (n), every architecture at "
            "GMN's parameter budget; published: on the DWS INRs at each paper's own size and full data (FashionMNIST "

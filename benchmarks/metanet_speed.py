@@ -16,7 +16,7 @@
 * the sparse GMN layer stack against a dense implementation of the same layers, with a
   ``[B, N, N, d]`` edge tensor as some public code does (same parameters, outputs checked equal);
 * the message-passing metanetworks (``gmn``, ``ng_gnn``, ``ng_t``, ``nft``) at the widths of
-  their configs (``configs/dilation/<name>_k1.yaml``) on the path selected automatically (dense
+  their configs (``configs/benchmarks/dilation/<name>_k1.yaml``) on the path selected automatically (dense
   blocks on this one-layout batch) against the baseline every batch can take, the same model
   forced onto the general path (``encoder.dense = False``), same parameters, outputs checked
   equal (``--only-baseline``: this alone);
@@ -57,12 +57,16 @@ from torch import Tensor, nn
 from torch_geometric.typing import WITH_TORCH_SCATTER
 
 from neuralgraph.bench.machine import cpu_description
-from neuralgraph.graph import mlp_to_graph
+from neuralgraph.bench.runner import benchmark_configs
+from neuralgraph.graph import GraphSpec, mlp_to_graph
 from neuralgraph.nn import METANETS, build_metanet
 from neuralgraph.nn.budget import count_trainable
 from neuralgraph.nn.gmn import GMN, GMNLayer
 
 LAYOUT = (2, 32, 32, 1)
+#: The data facts of networks of ``LAYOUT`` that the models are built for (NG-GNN's degree histogram, ...).
+SPEC = GraphSpec.of(mlp_to_graph([torch.zeros(o, i) for i, o in zip(LAYOUT, LAYOUT[1:])],
+                                 [torch.zeros(o) for o in LAYOUT[1:]]))
 PAPER_CONFIGS = {"gmn": {"hidden_dim": 128, "num_layers": 10}, "dws": {"hidden_dim": 32, "num_layers": 4}}
 NFN_PEERS = {"dws": "HNPLinear", "nfn_hnp": "HNPLinear", "nfn_np": "NPLinear"}
 BASELINE_METANETS = ("gmn", "ng_gnn", "ng_t", "nft")  # timed on their automatic path against the general one
@@ -70,10 +74,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def config_width(name: str) -> int:
-    """``hidden_dim`` of ``configs/dilation/<name>_k1.yaml``, the width the architecture trains at."""
+    """``hidden_dim`` of ``configs/benchmarks/dilation/<name>_k1.yaml``, the width the architecture trains at."""
     import yaml
 
-    path = REPO / "configs" / "dilation" / f"{name}_k1.yaml"
+    path = benchmark_configs(REPO, "dilation") / f"{name}_k1.yaml"
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: no config width for {name!r}; pass --baseline-width")
     return int(yaml.safe_load(path.read_text())["model"]["init_args"]["metanet_config"]["hidden_dim"])
@@ -86,12 +90,12 @@ def baseline_steps(name: str, graph, cfg: dict, sync, compiled: bool = False,
     automatic path with its layers compiled, lazily (the first step compiles); with ``bf16`` the
     automatic path (and the compiled one) under bfloat16 autocast. Also the max |output difference|
     of each from the general path's output."""
-    general = build_metanet(name, **cfg).to(graph.x.device)
+    general = build_metanet(name, spec=SPEC, **cfg).to(graph.x.device)
     general.encoder.dense = False
-    models = {"new": build_metanet(name, **cfg).to(graph.x.device), "general": general}
+    models = {"new": build_metanet(name, spec=SPEC, **cfg).to(graph.x.device), "general": general}
     models["new"].load_state_dict(general.state_dict())
     if compiled:
-        models["compiled"] = build_metanet(name, **cfg).to(graph.x.device)
+        models["compiled"] = build_metanet(name, spec=SPEC, **cfg).to(graph.x.device)
         models["compiled"].load_state_dict(general.state_dict())
         for layer in models["compiled"].layers:
             layer.compile()
@@ -229,7 +233,7 @@ def device_rates(args, device: torch.device, sync) -> dict:
     docstring); a configuration that fails (e.g. out of memory) is recorded with its error, the others go on."""
     import json
 
-    from neuralgraph.nn.context import WeightBlocks, graph_facts
+    from neuralgraph.graph.blocks import WeightBlocks, graph_facts
 
     results = {}
     for name in args.archs:
@@ -245,7 +249,7 @@ def device_rates(args, device: torch.device, sync) -> dict:
             for precision in args.precisions:
                 key = f"batch{batch}_{precision}"
                 try:
-                    model = build_metanet(name, hidden_dim=args.hidden_dim, num_layers=args.num_layers,
+                    model = build_metanet(name, spec=SPEC, hidden_dim=args.hidden_dim, num_layers=args.num_layers,
                                           max_layers=len(LAYOUT) - 1).to(device)
 
                     def forward(model=model):
@@ -298,7 +302,7 @@ def backward_step(forward: Callable[[], tuple[Tensor, ...]], sync: Callable[[], 
 def layer_stack_step(name: str, graph, channels: int, num_layers: int, dense: bool, sync) -> Callable[[], None]:
     """Forward+backward of the layers of ``name`` (encoder run once, outside the step), dense or general path
     (``Metanet.dense_stack`` / ``general_stack``)."""
-    model = build_metanet(name, hidden_dim=channels, num_layers=num_layers, max_layers=len(LAYOUT) - 1)
+    model = build_metanet(name, spec=SPEC, hidden_dim=channels, num_layers=num_layers, max_layers=len(LAYOUT) - 1)
     model = model.to(graph.x.device)
     with torch.no_grad():
         node0, edge0, context = model.encoder(graph)
@@ -435,7 +439,7 @@ def main(argv=None) -> dict:
                         help="message-passing metanetworks timed on their automatic path against the general path "
                              "(none: skip the comparison)")
     parser.add_argument("--baseline-width", type=int,
-                        help="hidden_dim of that comparison (default: each architecture's configs/dilation width)")
+                        help="hidden_dim of that comparison (default: each architecture's configs/benchmarks/dilation width)")
     parser.add_argument("--only-baseline", action="store_true",
                         help="run the comparison of the automatic path with the general path only")
     parser.add_argument("--compile", action="store_true",
@@ -481,7 +485,7 @@ def main(argv=None) -> dict:
             results["profile"] = baseline_profile(graph, args, sync)
         return results
     print(f"\n{'metanet':<10}{'params':>10}{'graphs/s':>12}")
-    models = {name: build_metanet(name, hidden_dim=args.hidden_dim, num_layers=args.num_layers,
+    models = {name: build_metanet(name, spec=SPEC, hidden_dim=args.hidden_dim, num_layers=args.num_layers,
                                   max_layers=len(LAYOUT) - 1).to(device) for name in sorted(METANETS)}
     results["rates"] = interleaved_rates(
         {name: backward_step(lambda model=model: model(graph), sync) for name, model in models.items()},

@@ -1,7 +1,7 @@
 """Generalization prediction on a zoo of small ViTs: Kendall's tau and R^2 of GMN, NG-GNN, NG-T and StatNN.
 
     python benchmarks/transformer_zoo.py --protocol smoke|cpu [--archs ...] [--seeds 0 1 2] [--zoo DIR]
-    python benchmarks/transformer_zoo.py --write-configs     # configs/transformer_zoo/<system>.yaml
+    python benchmarks/transformer_zoo.py --write-configs     # configs/benchmarks/transformer_zoo/<system>.yaml
 
 The zoo is ``neuralgraph make-transformer-zoo`` (docs/transformer_zoo.md: ViT-style MNIST
 classifiers of 1-2 pre-norm blocks, 2-4 heads, GELU or SiLU MLPs, hyperparameters sampled per
@@ -38,13 +38,14 @@ import torch
 
 from neuralgraph.bench import Benchmark, Column, Data, main
 from neuralgraph.bench.benchmark import write_fit_config
+from neuralgraph.bench.runner import benchmark_configs
 from neuralgraph.bench.machine import cpu_description
 from neuralgraph.bench.tables import EPOCHS, HIDDEN_DIM, PARAMETERS, SYSTEM, seeds_column, wall_column
 from neuralgraph.bench.widths import REFERENCE, budget_options, matched_width, plan_order, readout_parameters
 from neuralgraph.nn import METANETS
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs" / "transformer_zoo"
+CONFIGS = benchmark_configs(ROOT, "transformer_zoo")
 # StatNN and every registered metanetwork that reads general parameter graphs (its declared
 # reads_general_graphs): system -> options beside the width
 SYSTEMS = {"statnn": {"num_layers": 2, "dropout": 0.0},
@@ -95,7 +96,7 @@ def budget_config(system: str) -> dict:
 
 
 def write_configs() -> list[Path]:
-    """``configs/transformer_zoo/<system>.yaml`` for every system, at the matched width."""
+    """``configs/benchmarks/transformer_zoo/<system>.yaml`` for every system, at the matched width."""
     return [write_fit_config(
         CONFIGS / f"{system}.yaml",
         f"# Generalization prediction on the transformer zoo (benchmarks/transformer_zoo.py): {system} at "
@@ -104,7 +105,7 @@ def write_configs() -> list[Path]:
         "neuralgraph.training.tasks.GeneralizationPrediction", {"metanet": system, "metanet_config": budget_config(system)},
         "neuralgraph.training.transformer_zoo_datamodule.TransformerZooDataModule",
         {"root": "data/transformer_zoo", "batch_size": 32},
-        {"max_epochs": PROTOCOLS["cpu"]["trainer"]["max_epochs"], "default_root_dir": f"runs/transformer_zoo/{system}"})
+        {"max_epochs": PROTOCOLS["cpu"]["trainer"]["max_epochs"], "default_root_dir": f"runs/benchmarks/transformer_zoo/{system}"})
         for system in SYSTEMS]
 
 

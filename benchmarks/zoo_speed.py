@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import subprocess
@@ -111,19 +112,24 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def clock(threads: int):
+    """The clock of every rate: with one thread the process's CPU time (the time it ran on a core,
+    which other processes' turns on that core do not lengthen), with more the wall time."""
+    return time.process_time if threads == 1 else time.perf_counter
+
+
 def gemm_rate(threads: int, size: int = 2048, repeats: int = 5) -> float:
-    """GFLOP/s of the best of ``repeats`` float32 ``size x size`` matrix products."""
+    """GFLOP/s of the best of ``repeats`` float32 ``size x size`` matrix products (on :func:`clock`)."""
     torch.set_num_threads(threads)
     a, b = torch.randn(size, size), torch.randn(size, size)
     a @ b
-    best = min(_timed(lambda: a @ b) for _ in range(repeats))
+    now = clock(threads)
+    best = math.inf
+    for _ in range(repeats):
+        start = now()
+        a @ b
+        best = min(best, now() - start)
     return 2 * size ** 3 / best / 1e9
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def flops_per_pass(module: torch.nn.Module, images: torch.Tensor) -> float:
@@ -143,23 +149,28 @@ def in_place_addmm_flops(self, mat1, mat2, *args, out_val=None, **kwargs) -> int
 in_place_addmm_flops._get_raw = True  # called with the tensors, as FlopCounterMode's own formulas after unwrapping
 
 
-def new_epoch(stack, batches, train, threads: int) -> dict:
-    """One epoch of every network of ``stack`` (its own batches), timed; the passes it ran."""
+def new_epoch(stack, batches, train, threads: int, repeats: int) -> dict:
+    """One epoch of every network of ``stack`` (its own batches), timed ``repeats`` times (the
+    fastest kept: the machine is shared); the passes it ran."""
     inputs = stack.prepare(train[0]), train[1]
     epochs = [batches.epoch(i) for i in range(stack.n)]
     steps = [[(i, epochs[i][s]) for i in range(stack.n) if len(epochs[i]) > s] for s in range(max(map(len, epochs)))]
     stack.workers = zt._Workers(threads)
     with zt.op_threads(1):
         stack.step(steps[0], *inputs)  # buffers are made on the first step: not timed
-        start, cpu = time.perf_counter(), time.process_time()
-        for step in steps:
-            stack.step(step, *inputs)
-        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+        best = {"wall_seconds": math.inf, "cpu_seconds": math.inf}
+        key = "cpu_seconds" if threads == 1 else "wall_seconds"
+        for _ in range(repeats):
+            start, cpu = time.perf_counter(), time.process_time()
+            for step in steps:
+                stack.step(step, *inputs)
+            timed = {"wall_seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu}
+            best = min(best, timed, key=lambda r: r[key])
         stack.workers = zt._Workers(1)
         with FlopCounterMode(display=False, custom_mapping={torch.ops.aten.addmm_: in_place_addmm_flops}) as counter:
             stack.step(steps[0], *inputs)
-    run = sum(len(index) for step in steps for _, index in step)
-    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "passes": run,
+    passes = sum(len(index) for step in steps for _, index in step)
+    return {**best, "seconds": best[key], "passes": passes,
             "counted_flops_per_pass": counter.get_total_flops() / sum(len(index) for _, index in steps[0])}
 
 
@@ -187,6 +198,8 @@ def old_epoch(revision: str, kind: str, settings: dict, threads: int) -> dict:
         if done.returncode:
             raise RuntimeError(f"the baseline trainer ({commit}) failed:\n{done.stderr[-3000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
+        result["wall_seconds"] = result["seconds"]
+        result["seconds"] = result["cpu_seconds"] if threads == 1 else result["wall_seconds"]
         if not result.pop("package").startswith(folder):
             raise RuntimeError("the baseline subprocess imported this working tree's package, not the extracted one")
     return {**result, "commit": commit}
@@ -200,7 +213,8 @@ def preset_run(args, threads: int) -> tuple[dict, dict, float]:
     flops = flops_per_pass(ZooNetwork(preset.CHANNELS, "relu"), train[0][:16])
     torch.set_num_threads(threads)
     stack, batches, _ = preset.stack_networks(range(settings.networks), settings, settings.train_size)
-    new = new_epoch(stack, batches, train, threads)
+    new = new_epoch(stack, batches, train, threads, args.repeats)
+    new["path"] = "compiled kernels" if stack.kernels is not None else "torch operations"
     old = old_epoch(args.baseline, "preset", settings.to_dict(), threads) if not args.skip_baseline else None
     return new, old, flops
 
@@ -219,7 +233,8 @@ def transformer_run(args, threads: int) -> tuple[dict, dict, float]:
     flops = [per_arch[tuple(sorted(transformer_zoo.architecture(h).items()))] for h in hypers]
     torch.set_num_threads(threads)
     stack, batches, order = transformer_zoo.stack_networks(range(settings.networks), settings, settings.train_size)
-    new = new_epoch(stack, batches, train, threads)
+    new = new_epoch(stack, batches, train, threads, args.repeats)
+    new["path"] = "bmm per architecture, autograd"
     # FLOPs of the passes run: each network's own passes times its architecture's FLOPs
     new["flops"] = sum(flops[order[r]] * len(batches.subsets[r]) for r in range(stack.n))
     old = old_epoch(args.baseline, "transformer", settings.to_dict(), threads) if not args.skip_baseline else None
@@ -233,7 +248,8 @@ def row(name: str, result: dict, flops_per: float, gemm: float, reference: dict 
     flops = result.get("flops", flops_per * result["passes"]) / result["seconds"] / 1e9
     speedup = "" if reference is None else f"{rate / (reference['passes'] / reference['seconds']):.1f}x"
     epoch = "" if reference is None else f"{reference['seconds'] / result['seconds']:.1f}x"
-    return (f"| {name} | {result['passes']:,} | {result['seconds']:.2f} | {result['cpu_seconds']:.2f} | {rate:,.0f} | "
+    return (f"| {name} | {result['passes']:,} | {result['wall_seconds']:.2f} | {result['cpu_seconds']:.2f} | "
+            f"{rate:,.0f} | "
             f"{speedup} | {epoch} | {flops:.1f} | {flops / gemm:.1%} |")
 
 
@@ -249,42 +265,58 @@ def main(argv=None) -> int:
     parser.add_argument("--baseline", default=None, help="git revision of the trainer before (default: see above)")
     parser.add_argument("--skip-baseline", action="store_true", help="time the shared trainer only")
     parser.add_argument("--only", choices=("preset", "transformer"), default=None)
+    parser.add_argument("--repeats", type=int, default=3, help="epochs timed per shared-trainer row (fastest kept)")
     parser.add_argument("--out", default=None, help="markdown file (default benchmarks/results/zoo_speed_<cpu>.md)")
     args = parser.parse_args(argv)
     if not args.skip_baseline:
         args.baseline = baseline_revision(args.baseline)
     model, isa = cpu_model(), cpu_isa()
     load_before = os.getloadavg()
-    gemm = gemm_rate(args.threads)
-    print(f"{model} ({isa}), {args.threads} thread(s): float32 GEMM 2048^3 {gemm:.1f} GFLOP/s", flush=True)
-    lines = [f"# Zoo trainer speed: {model} ({isa}), {args.threads} thread(s)", "",
-             f"Written by `python benchmarks/zoo_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}`"
-             f" (torch {torch.__version__}). One epoch of one shard of {args.networks} networks, no evaluation; "
-             f"float32 GEMM (2048 x 2048) in the same run: **{gemm:.1f} GFLOP/s**. "
-             + (f"Before: the trainer of commit `{args.baseline}` "
-                "(`git archive` into a temporary folder, run in a subprocess). " if not args.skip_baseline else ""),
-             "", "| zoo, trainer | passes | wall s | CPU s | passes/s | passes/s vs before | epoch time vs before "
-             "| GFLOP/s | of GEMM |", "|---|---|---|---|---|---|---|---|---|"]
+    gemm_start = gemm_rate(args.threads)
+    print(f"{model} ({isa}), {args.threads} thread(s): float32 GEMM 2048^3 {gemm_start:.1f} GFLOP/s", flush=True)
     runs = [("preset", "Small-CNN-Zoo preset", preset_run,
              f"{args.cnn_train_size:,} images, batches of {args.cnn_batch_size}"),
             ("transformer", "transformer zoo", transformer_run,
              f"{args.vit_train_size:,} images, batches of {args.vit_batch_size}")]
-    notes = []
+    rows, notes = [], []
     for key, name, run, data in runs:
         if args.only and args.only != key:
             continue
         new, old, flops = run(args, args.threads)
         if old is not None:
-            lines.append(row(f"{name} ({data}), before ({old['commit']})", old, flops, gemm, None))
-            print(lines[-1], flush=True)
-        lines.append(row(f"{name} ({data}), shared trainer", new, flops, gemm, old))
-        print(lines[-1], flush=True)
-        notes.append(f"* {name}: {flops / 1e3:,.0f} kFLOP per pass (plain module, forward and backward); the "
-                     f"shared trainer's products on one step count {new['counted_flops_per_pass'] / 1e3:,.0f} kFLOP "
-                     "per pass (its bias columns and padding included).")
+            rows.append((f"{name} ({data}), before ({old['commit']})", old, flops, None))
+        rows.append((f"{name} ({data}), shared trainer ({new['path']})", new, flops, old))
+        print(f"{name}: {new['passes'] / new['seconds']:,.0f} passes/s"
+              + (f" (before: {old['passes'] / old['seconds']:,.0f})" if old else ""), flush=True)
+        notes.append(f"* {name}: {flops / 1e3:,.0f} kFLOP per pass (the plain module's forward and backward, "
+                     "FlopCounterMode); FlopCounterMode over one step of the shared trainer counts "
+                     f"{new['counted_flops_per_pass'] / 1e3:,.0f} kFLOP per pass (its torch matrix products"
+                     + ("; the compiled kernels' first convolution is not seen)." if key == "preset" else ")."))
+        if key == "transformer" and old is not None:
+            notes.append(f"* transformer zoo, before: every network ran on every image of the shard's shared batches "
+                         f"(its training fraction a mask on its loss): {old['passes']:,} passes an epoch, where the "
+                         f"shared trainer runs each network on its own images ({new['passes']:,}). Passes/s compares "
+                         "the work done per second; the epoch time, the time to train the shard.")
+    gemm_end = gemm_rate(args.threads)
+    gemm = max(gemm_start, gemm_end)  # the machine's rate drifts: the higher is the reference (the harder one)
     load_after = os.getloadavg()
+    lines = [f"# Zoo trainer speed: {model} ({isa}), {args.threads} thread(s)", "",
+             f"Written by `{' '.join(['python benchmarks/zoo_speed.py', *(sys.argv[1:] if argv is None else argv)])}`"
+             f" (torch {torch.__version__}). One epoch of one shard of {args.networks} networks, no evaluation "
+             f"(the shared trainer: the fastest of {args.repeats} epochs). Every rate is per "
+             + ("CPU second of the process (one thread: the time it ran on a core; wall seconds beside)"
+                if args.threads == 1 else "wall second") +
+             f". Float32 GEMM (2048 x 2048) in the same run: {gemm_start:.1f} GFLOP/s at the start, "
+             f"{gemm_end:.1f} at the end; the fractions are of the higher, **{gemm:.1f} GFLOP/s**."
+             + (" Before: the trainer of the commit named in its rows, the parent of the one that added "
+                "`neuralgraph/data/zoo_trainer.py`, extracted with `git archive` into a temporary folder and run in "
+                "a subprocess, its `train_shard`'s evaluation replaced by zeros." if not args.skip_baseline else ""),
+             "", "| zoo, trainer | passes | wall s | CPU s | passes/s | passes/s vs before | epoch time vs before "
+             "| GFLOP/s | of GEMM |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [row(name, result, flops, gemm, reference) for name, result, flops, reference in rows]
     lines += ["", *notes, f"* Load average (1 min) before {load_before[0]:.2f}, after {load_after[0]:.2f} "
               f"({os.cpu_count()} CPUs): the machine was shared; compare rows of one run.", ""]
+    print("\n".join(lines[6:6 + len(rows)]))
     out = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"zoo_speed_{slug(model)}-{slug(isa)}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))

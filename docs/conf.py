@@ -71,12 +71,12 @@ def api_page(page: str, modules: list[str]) -> str:
         if module != name:
             heading = f"``{module}``"
             lines += [heading, "-" * len(heading), ""]
-        lines += [f".. automodule:: {module}", ""]
+        lines += [f".. automodule:: {module}", "   :members:", ""]
         imported = importlib.import_module(module)
         exports = getattr(imported, "__all__", None)
         if exports and hasattr(imported, "__path__"):  # a package: documented where each name is defined
             own = [name for name in exports if defined_in(imported, name)]
-            lines[-1:] = [f"   :members: {', '.join(own)}" if own else "   :no-members:", "",
+            lines[-2:] = [f"   :members: {', '.join(own)}" if own else "   :no-members:", "",
                           ".. rubric:: Exported names", ""]
             callables = [name for name in exports if callable(getattr(imported, name))]
             data = [name for name in exports if name not in callables]
@@ -135,8 +135,11 @@ myst_heading_anchors = 4
 myst_enable_extensions = ["dollarmath"]
 
 # autodoc: each object is documented once, in the module that defines it; the packages' pages
-# list what they export (autosummary tables) and link there.
-autodoc_default_options = {"members": True, "show-inheritance": True, "member-order": "bysource"}
+# list what they export (autosummary tables) and link there. Every generated ``automodule`` names
+# its members itself (api_page): a ``members`` default here would replace a package's explicit
+# ``:members:`` list under Sphinx 9, and a package's ``__all__`` would then document every
+# re-exported object a second time.
+autodoc_default_options = {"show-inheritance": True, "member-order": "bysource"}
 autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
 autodoc_inherit_docstrings = False  # a method without its own docstring is not listed (torch's and Lightning's are not ours)

@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "make-transformer-zoo": ("make_transformer_zoo", "train a zoo of small MNIST ViTs (accuracy prediction) in shards"),
     "import-dataset": ("import_dataset", "import a released INR set or model zoo (DWSNets, NFN, Small CNN Zoo)"),
     "inr-stats": ("inr_stats", "per-layer weight/bias statistics and PSNR quantiles of an INR dataset"),
+    "zoo-report": ("zoo_report", "test accuracy of a zoo's networks per checkpoint epoch: quartiles and a histogram"),
     "audit-gp": ("audit_gp", "percentage of networks in general position per bit width (bias-only and combined)"),
     "expressivity-report": ("expressivity_report", "dimension of equivariant linear maps vs what each metanet spans"),
 }

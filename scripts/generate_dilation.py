@@ -1,14 +1,14 @@
-"""Write the dilation config grids into ``neuralgraph/configs/dilation`` (``configs/dilation`` in a checkout).
+"""Write the dilation config grids into ``neuralgraph/configs/benchmarks/dilation``.
 
-``configs/dilation/<arch>_k<k>.yaml`` for every registered architecture at its declared reference
-configuration, and ``configs/dilation/paper/<row>_k<k>.yaml``: :mod:`neuralgraph.bench.grids`
+``configs/benchmarks/dilation/<arch>_k<k>.yaml`` for every registered architecture at its declared
+reference configuration, and ``configs/benchmarks/dilation/paper/<row>_k<k>.yaml``: :mod:`neuralgraph.bench.grids`
 computes them; this writes them. Run from anywhere: ``python scripts/generate_dilation.py``.
 """
 from pathlib import Path
 
-from neuralgraph.bench.grids import dilation_grid, paper_grid
+from neuralgraph.bench.grids import FOLDER, dilation_grid, paper_grid
 
-DILATION = Path(__file__).resolve().parents[1] / "neuralgraph" / "configs" / "dilation"
+DILATION = Path(__file__).resolve().parents[1] / "neuralgraph" / "configs" / FOLDER
 
 
 def main() -> None:

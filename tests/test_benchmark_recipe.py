@@ -38,7 +38,7 @@ def test_the_recipe_declares_a_benchmark_and_runs_its_smoke_protocol(tmp_path):
     runs = json.loads(raw.read_text())["runs"]
     assert [(r["arch"], r["seed"]) for r in runs] == [("dws", 0), ("gmn", 0)]
     assert all(0 <= r["test_accuracy"] <= 1 and r["hidden_dim"] == 8 and r["epochs"] == 1 for r in runs)
-    assert runs[0]["settings"]["config"] == "configs/inr_classification/dws.yaml"
+    assert runs[0]["settings"]["config"] == "benchmarks/inr_classification/dws"
     table = raw.with_suffix(".md").read_text()
     assert table.startswith("# Tiny INR classification — protocol `smoke` on `")
     assert "| system | test accuracy (%) | parameters | wall time per run (min) |" in table and "| gmn | " in table

@@ -12,7 +12,7 @@ import torch
 
 import fake_fits
 from neuralgraph.bench import Report, load_script, main, runner
-from neuralgraph.bench.widths import REFERENCE, matched_width
+from neuralgraph.bench.widths import REFERENCE, inr_spec, matched_width
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -87,6 +87,23 @@ def test_a_run_recorded_before_the_width_setting_counts_as_exact_matching(tmp_pa
         runner.recorded(runs, "gmn", 8, 0, settings, tmp_path / "r.json", dilation.RECORDED_BEFORE)
 
 
+def test_a_committed_run_recorded_with_the_config_path_of_the_earlier_layout_is_not_rerun():
+    """Runs recorded ``configs/dilation/gmn_k1.yaml``; the config is ``benchmarks/dilation/gmn_k1`` now."""
+    from neuralgraph.commands.configs import shipped_configs
+
+    results = BENCHMARKS / "results" / "dilation_cpu_cpu2.json"
+    runs = json.loads(results.read_text())["runs"]
+    for k in (1, 8):
+        settings = dilation.run_settings(dilation.PROTOCOLS["cpu"], "gmn", k)
+        assert settings["config"] == f"benchmarks/dilation/gmn_k{k}"
+        assert runner.recorded(runs, "gmn", k, 0, settings, results, dilation.RECORDED_BEFORE)
+    recorded = {run["settings"]["config"] for path in (BENCHMARKS / "results").glob("*.json")
+                for run in json.loads(path.read_text()).get("runs", [])
+                if isinstance(run, dict) and "config" in run.get("settings", {})}
+    assert recorded and {runner.config_name_of_record(config) for config in recorded} <= set(shipped_configs())
+    assert runner.config_name_of_record("benchmarks/dilation/gmn_k1") == "benchmarks/dilation/gmn_k1"
+
+
 def test_write_atomic_keeps_the_old_file_when_interrupted(tmp_path, monkeypatch):
     path = tmp_path / "results.json"
     runner.write_atomic(path, "old")
@@ -123,8 +140,8 @@ def test_cpu_systems_match_the_gmn_budget_within_five_percent(system):
     from neuralgraph.nn.budget import model_parameters
 
     settings = dilation.run_settings(dilation.PROTOCOLS["cpu"], system, 1)
-    target = model_parameters(*REFERENCE, 1)[0]
-    params = model_parameters(settings["metanet"], settings["metanet_config"], 1)[0]
+    target = model_parameters(*REFERENCE, 1, spec=inr_spec())[0]
+    params = model_parameters(settings["metanet"], settings["metanet_config"], 1, spec=inr_spec())[0]
     assert abs(params - target) <= 0.05 * target
 
 
@@ -170,8 +187,8 @@ def test_decoder_variants_match_the_gmn_budget_counting_their_decoder(variant):
     # the protocol's exact width search, as the paper compares at the budget
     assert settings["budget_width_multiple"] == 1
     match = match_budget(settings["metanet"], settings["metanet_config"], 8, members=settings["decoder_members"],
-                         width_multiple=settings["budget_width_multiple"])
-    target = model_parameters(*REFERENCE, 1)[0]
+                         width_multiple=settings["budget_width_multiple"], spec=inr_spec())
+    target = model_parameters(*REFERENCE, 1, spec=inr_spec())[0]
     assert match.reference_params == target and 0.95 * target <= match.params <= target
 
 

@@ -143,22 +143,24 @@ def test_configs_lists_the_shipped_configs_with_their_header(capsys):
     code, out, _ = run_main_out(["configs"], capsys)
     rows = [line for line in out.splitlines() if line and not line[0].isdigit()]
     assert code == 0 and len(rows) == len(shipped_configs()) > 100
-    assert re.search(r"^dilation/gmn_k4 +INR dilation \(MNIST SIREN .*with gmn, k=4\.$", out, flags=re.M)
-    assert re.search(r"^demo +make demo: GMN INR editor", out, flags=re.M)
+    assert re.search(r"^benchmarks/dilation/gmn_k4 +INR dilation \(MNIST SIREN .*with gmn, k=4\.$", out, flags=re.M)
+    assert re.search(r"^examples/inr_editing/demo +make demo: GMN INR editor", out, flags=re.M)
+    names = [line.split()[0] for line in rows]
+    assert names.index("examples/inr_editing/demo") < names.index("benchmarks/dilation/gmn_k4")  # examples first
     code, out, _ = run_main_out(["configs", "gmn_k4"], capsys)
     assert [line.split()[0] for line in out.splitlines()[:-2]] == [
-        "dilation/gmn_k4", "dilation/paper/gmn_k4", "dilation/scalegmn_k4"]
+        "benchmarks/dilation/gmn_k4", "benchmarks/dilation/paper/gmn_k4", "benchmarks/dilation/scalegmn_k4"]
     code, _, err = run_main_out(["configs", "no-such"], capsys)
     assert code == 2 and err == ("neuralgraph configs: error: no shipped config's name contains 'no-such' "
                                  "(`neuralgraph configs` lists all)\n")
 
 
-@pytest.mark.parametrize("name", ["dilation/gmn_k4", "dilation/gmn_k4.yaml"])
+@pytest.mark.parametrize("name", ["benchmarks/dilation/gmn_k4", "benchmarks/dilation/gmn_k4.yaml"])
 def test_a_shipped_config_name_resolves_to_its_file(name, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no configs/ folder here: the name is the package's
     code, out, _ = run_main_out(["fit", "--config", name, "--print_config"], capsys)
     assert code == 0 and "metanet: gmn" in out and re.search(r"^    k: 4$", out, flags=re.M)
-    assert "reference_hidden_dim: 128" in out and "default_root_dir: runs/dilation/gmn_k4" in out
+    assert "reference_hidden_dim: 128" in out and "default_root_dir: runs/benchmarks/dilation/gmn_k4" in out
 
 
 def test_an_unknown_config_name_is_one_line_with_the_closest_names(tmp_path, capsys, monkeypatch):
@@ -168,7 +170,7 @@ def test_an_unknown_config_name_is_one_line_with_the_closest_names(tmp_path, cap
         code, _, err = run_main_out(argv, capsys)
         assert code == 2 and err.count("\n") == 1, err
         assert "dilation/gmn_k3: no such file, nor a shipped config of that name" in err
-        assert "did you mean dilation/gmn_k1, dilation/gmn_k2, dilation/gmn_k4" in err
+        assert "did you mean benchmarks/dilation/gmn_k1, benchmarks/dilation/gmn_k2, benchmarks/dilation/gmn_k4" in err
     assert not any(tmp_path.iterdir())
 
 
@@ -308,8 +310,8 @@ def test_a_fit_in_a_log_is_quiet_and_writes_one_line_per_epoch(tiny_inrs, tmp_pa
 
 def test_fast_dev_run_fits_and_tests_the_weights_it_ends_with(tiny_inrs, tmp_path, capsys):
     """A fast_dev_run writes no checkpoint: the test after fit uses the final weights (and says so)."""
-    code = main(["fit", "--config", "demo", "--data.root", str(tiny_inrs), "--data.preset", "null",
-                 "--data.limit_train", "16", "--data.limit_val", "8", "--data.limit_test", "8",
+    code = main(["fit", "--config", "examples/inr_editing/demo", "--data.root", str(tiny_inrs),
+                 "--data.preset", "null", "--data.limit_train", "16", "--data.limit_val", "8", "--data.limit_test", "8",
                  "--trainer.fast_dev_run", "true", "--trainer.default_root_dir", str(tmp_path / "run")])
     assert code == 0
     assert "testing the weights the run ends with" in capsys.readouterr().out

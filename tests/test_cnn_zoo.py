@@ -145,7 +145,8 @@ def test_make_cnn_zoo_cli_one_line_errors(tmp_path, capsys):
 def test_generalization_prediction_fits(tiny_zoo, tmp_path, config, options):
     from neuralgraph.training.cli import run_lightning_cli
 
-    cli = run_lightning_cli(["fit", "--config", f"configs/cnn_zoo/{config}.yaml", "--data.init_args.root",
+    config_path = f"configs/examples/generalization_prediction/cnn_zoo_{config}.yaml"
+    cli = run_lightning_cli(["fit", "--config", config_path, "--data.init_args.root",
                              str(tiny_zoo), "--trainer.max_epochs", "1", "--trainer.default_root_dir", str(tmp_path),
                              "--trainer.enable_progress_bar", "false", "--trainer.logger", "false", *options])
     if options:

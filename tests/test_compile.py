@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from neuralgraph.graph import mlp_to_graph
+from neuralgraph.graph import GraphSpec, mlp_to_graph
 from neuralgraph.nn import build_metanet
 from neuralgraph.training.cli import run_lightning_cli
 from neuralgraph.training.tasks import InrEditing
@@ -21,12 +21,12 @@ MESSAGE_PASSING = ("gmn", "ng_gnn", "ng_t", "nft")
 @pytest.mark.parametrize("name,dense", [(name, None) for name in MESSAGE_PASSING] + [("gmn", False)],
                          ids=[f"{name}-dense" for name in MESSAGE_PASSING] + ["gmn-general"])
 def test_compiled_layers_equal_eager_in_float64(name, dense):
-    """Dense blocks (canonical batches, what training reads) and PyG's ``propagate`` compile whole."""
+    """Dense blocks (canonical batches, what training reads) and their per-edge maps (nn/paths.py) compile whole."""
     torch.manual_seed(0)
     layout = (2, 5, 4, 1)
     graph = mlp_to_graph([torch.randn(3, o, i, dtype=torch.float64) for i, o in zip(layout, layout[1:])],
                          [torch.randn(3, o, dtype=torch.float64) for o in layout[1:]])
-    eager = build_metanet(name, hidden_dim=8, num_layers=2, max_layers=len(layout) - 1).double()
+    eager = build_metanet(name, spec=GraphSpec.of(graph), hidden_dim=8, num_layers=2, max_layers=len(layout) - 1).double()
     eager.encoder.dense = dense
     compiled = copy.deepcopy(eager)
     for layer in compiled.layers:
@@ -47,7 +47,11 @@ def test_compiled_layers_equal_eager_in_float64(name, dense):
 
 def test_compile_option_compiles_every_layer_in_place_with_eager_state_dict_keys():
     config = {"hidden_dim": 8, "num_layers": 2}
-    eager, compiled = (InrEditing(metanet="ng_gnn", metanet_config=config, compile=flag) for flag in (False, True))
+    layout = (2, 5, 4, 1)
+    spec = GraphSpec.of(mlp_to_graph([torch.randn(o, i) for i, o in zip(layout, layout[1:])],
+                                     [torch.randn(o) for o in layout[1:]])).to_dict()
+    eager, compiled = (InrEditing(metanet="ng_gnn", metanet_config=config, spec=spec, compile=flag)
+                       for flag in (False, True))
     assert all(layer._compiled_call_impl is not None for layer in compiled.metanet.layers)
     assert all(hasattr(layer.forward_dense, "_torchdynamo_orig_callable") for layer in compiled.metanet.layers)
     assert all(layer._compiled_call_impl is None for layer in eager.metanet.layers)

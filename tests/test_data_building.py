@@ -11,7 +11,7 @@ import torch
 from neuralgraph.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-DILATION = ROOT / "configs" / "dilation" / "gmn_k4.yaml"
+DILATION = ROOT / "configs" / "benchmarks" / "dilation" / "gmn_k4.yaml"
 
 
 def listing(folder: Path) -> list[str]:

@@ -1,7 +1,7 @@
 """The dense path of every layer (``forward_dense``) computes what the general path (``forward``) does.
 
 A batch of one layout stored canonically (``GraphContext.widths``: from the batch's
-``WeightBlocks``, or :func:`~neuralgraph.nn.context.uniform_widths`) is read as per-layer blocks
+``WeightBlocks``, or :func:`~neuralgraph.graph.blocks.uniform_widths`) is read as per-layer blocks
 ``[B, d_out, d_in, C]``; every other batch takes the general path. Both must give the same
 features and gradients (float64, 1e-10), the selection must never take the dense path on a batch
 it does not describe, and a batch that carries its weights must give what its graph alone gives.
@@ -15,14 +15,15 @@ from torch import nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.data import Batch
-from torch_geometric.nn import MessagePassing
 
 from neuralgraph.data.cnn_zoo import zoo_blocks, zoo_graph
 from neuralgraph.data.inr_dataset import InrBatch, InrDataset
 from neuralgraph.graph import GraphSpec, graph_to_blocks, mlp_to_graph, module_to_graph
-from neuralgraph.nn import METANETS, WeightBlocks, build_metanet
-from neuralgraph.nn import context as context_module
-from neuralgraph.nn.context import graph_context, uniform_widths
+from neuralgraph.graph import blocks as blocks_module
+from neuralgraph.graph.blocks import WeightBlocks, uniform_widths
+from neuralgraph.nn import METANETS, build_metanet, paths
+from neuralgraph.nn.context import graph_context
+from neuralgraph.nn.ng_gnn import layout_degree_histogram
 from neuralgraph.training import tasks
 
 WEIGHT_SPACE = ("dws", "nfn_hnp", "nfn_np")
@@ -81,27 +82,30 @@ def test_dense_equals_general_path(name, widths, inputs, outputs, spare, batch_s
 def message_passing_model(name, layout, nn_package=None):
     torch.manual_seed(0)
     build = build_metanet if nn_package is None else nn_package.build_metanet
-    heads = {"num_heads": 2} if name in ATTENTION else {}
-    return build(name, hidden_dim=6, num_layers=3, max_layers=len(layout) - 1, **heads).double()
+    options = {"num_heads": 2} if name in ATTENTION else {}
+    if name == "ng_gnn":  # PNA's degrees: of graphs of this layout (the baseline commit's NGGNN takes the layout)
+        options = ({"degree_histogram": layout_degree_histogram(layout).tolist()} if nn_package is None
+                   else {"degree_layout": layout})
+    return build(name, hidden_dim=6, num_layers=3, max_layers=len(layout) - 1, **options).double()
 
 
-@pytest.mark.parametrize("name", MESSAGE_PASSING)
-def test_message_passing_dense_path_does_not_propagate(name):
-    """On a canonical batch no layer gathers or scatters along edge_index; with dense=False every layer does."""
+@pytest.mark.parametrize("name, maps", [("gmn", 1), ("ng_gnn", 2)])
+def test_message_passing_dense_path_does_not_propagate(name, maps, monkeypatch):
+    """On a canonical batch every per-edge map of every layer runs on blocks (neuralgraph.nn.paths), none gathers or
+    scatters along edge_index; with dense=False every one runs on edge rows."""
+    calls = []
+    for strategy in ("edge_rows", "row_chunks", "dense_blocks", "dense_tiles"):
+        original = getattr(paths, strategy)
+        monkeypatch.setattr(paths, strategy, lambda *args, _name=strategy, _original=original, **kwargs:
+                            calls.append(_name) or _original(*args, **kwargs))
     layout = (2, 3, 1)
     metanet = message_passing_model(name, layout)
-    calls = []
-    for module in metanet.modules():
-        if isinstance(module, MessagePassing):
-            for method in ("propagate", "edge_updater"):
-                original = getattr(module, method)
-                setattr(module, method, lambda *args, _original=original, **kwargs: calls.append(_original) or
-                        _original(*args, **kwargs))
     graph = random_graph(layout, 2, 0)
     features_and_gradients(metanet, graph, None)
-    assert calls == []
+    assert calls == ["dense_blocks"] * maps * metanet.num_layers
+    calls.clear()
     features_and_gradients(metanet, graph, False)
-    assert len(calls) >= 2 * metanet.num_layers
+    assert calls == ["edge_rows"] * maps * metanet.num_layers
 
 
 @pytest.mark.parametrize("name, metanet_name, edges", [("gmn", "GMN", 18), ("ng_gnn", "NGGNN", 36),
@@ -166,7 +170,7 @@ def test_conv_graphs_of_one_layout_are_dense_blocks_too(name):
     assert graph_context(graph).widths == (1, 4, 4, 10)
     torch.manual_seed(0)
     heads = {"num_heads": 2} if name in ATTENTION else {}
-    metanet = build_metanet(name, hidden_dim=6, num_layers=2, edge_features=9, **heads).double()
+    metanet = build_metanet(name, spec=GraphSpec.of(graph), hidden_dim=6, num_layers=2, **heads).double()
     for a, b in zip(features_and_gradients(metanet, graph, True), features_and_gradients(metanet, graph, False),
                     strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=TOLERANCE)
@@ -232,7 +236,7 @@ def test_dataset_batches_carry_their_weights_and_layout(tiny_inrs, permute, monk
     batch = dataset.batch(list(range(5)), permute=permute)
     assert batch.blocks.layout == dataset.convention.layout
     check_blocks_describe(batch.graph, batch.blocks)
-    monkeypatch.setattr(context_module, "uniform_widths", lambda *args: pytest.fail("layout detected"))
+    monkeypatch.setattr(blocks_module, "uniform_widths", lambda *args: pytest.fail("layout detected"))
     assert build_metanet("gmn", hidden_dim=4, num_layers=1).context(batch.graph, batch.blocks).widths == batch.blocks.layout
 
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutation
+from neuralgraph.graph import GraphSpec, mlp_to_graph, permute_mlp, random_hidden_permutation
 from neuralgraph.nn import InvariantReadout, build_metanet
 
 
@@ -64,7 +64,7 @@ def test_a_given_context_is_used_and_one_built_without_reverse_edges_refused():
     """The metanet encodes with the context it is handed (built once per batch for it and its heads)."""
     weights, biases = scaled_mlps(seed=4)
     graph = mlp_to_graph(weights, biases)
-    model = build_metanet("ng_gnn", hidden_dim=4, num_layers=1).double()
+    model = build_metanet("ng_gnn", spec=GraphSpec.of(graph), hidden_dim=4, num_layers=1).double()
     context = model.context(graph)
     assert context.reverse is not None and context.widths == (2, 6, 5, 1)
     torch.testing.assert_close(model(graph, context), model(graph), rtol=0, atol=0)

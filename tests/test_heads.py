@@ -272,7 +272,7 @@ def test_coupled_decoder_is_equivariant(name, group, seed, hidden, device):
 
     layout, k = (2, *hidden, 1), 3
     torch.manual_seed(seed)
-    options = {"scaling": group, "activation": "relu" if group == "scale" else "sine"} if group else {}
+    options = {"scaling": group, "network_activation": "relu" if group == "scale" else "sine"} if group else {}
     metanet = build_metanet(name, hidden_dim=8, num_layers=2, max_layers=3, **options).double().eval().to(device)
     coupled = WeightDecoder(8, k, max_layers=3, init_scale=0.5, scaling=metanet.scaling, members="coupled").double()
     nn.init.constant_(coupled.cross_scale, 0.5)
@@ -332,7 +332,7 @@ def test_decoder_members_parameter_counts():
 def test_heads_read_the_batch_weights_as_they_read_the_graph(members, scaling, device):
     """Given a context holding the batch's WeightBlocks, the decoder adds its deltas to those blocks and the
     readout pools with the context's graph index: what both compute from the graph alone, gradients included."""
-    from neuralgraph.nn import WeightBlocks
+    from neuralgraph.graph import WeightBlocks
     from neuralgraph.nn.context import graph_context
 
     layout = (2, 5, 4, 1)

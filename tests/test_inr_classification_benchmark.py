@@ -14,7 +14,6 @@ from neuralgraph.bench.widths import REFERENCE
 from neuralgraph.nn import METANETS
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs" / "inr_classification"
 bench = load_script(ROOT / "benchmarks" / "inr_classification.py")
 
 
@@ -80,7 +79,7 @@ def test_a_recorded_run_made_with_other_settings_is_refused(tmp_path, monkeypatc
 
 @pytest.mark.parametrize("arch", sorted(METANETS))
 def test_every_config_is_its_architecture_at_the_gmn_budget(arch):
-    config = generated_config(CONFIGS / f"{arch}.yaml", "python benchmarks/inr_classification.py --write-configs")
+    config = generated_config(bench.CONFIGS / f"{arch}.yaml", "python benchmarks/inr_classification.py --write-configs")
     init_args = config["model"]["init_args"]
     assert init_args["metanet"] == arch and init_args["metanet_config"] == bench.budget_config(arch)
     target = bench.classifier_parameters(*REFERENCE)

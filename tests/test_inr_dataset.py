@@ -86,6 +86,18 @@ def test_dataset_items_and_its_one_batch_path(small_dataset):
     assert torch.equal(permuted.image, batch.image) and torch.equal(permuted.label, batch.label)
 
 
+def test_the_batch_types_are_metanet_batches():
+    """``InrBatch`` and ``ZooBatch`` have every field of the protocol the tasks type their batches against."""
+    from neuralgraph.data.cnn_zoo import ZooBatch
+    from neuralgraph.data.inr_dataset import InrBatch
+    from neuralgraph.graph import MetanetBatch
+
+    fields = {name for name, value in vars(MetanetBatch).items() if isinstance(value, property)}
+    assert fields == {"graph", "blocks", "facts", "index", "size"}
+    for batch_type in (InrBatch, ZooBatch):
+        assert fields <= set(dir(batch_type)), batch_type.__name__
+
+
 def test_small_dataset_is_a_prefix_of_a_larger_one(small_dataset, tmp_path):
     make_inrs(tmp_path, ("train",), limit=5, settings=SMALL, progress=False)
     small, large = InrDataset(small_dataset, "train"), InrDataset(tmp_path, "train")

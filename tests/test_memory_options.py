@@ -1,5 +1,8 @@
 """``checkpoint`` and ``edge_chunk`` change what a metanetwork keeps for backward, never what it computes.
 
+Every strategy of ``neuralgraph.nn.paths`` (edge rows, row chunks, dense blocks, tiles) runs a per-edge map
+alike, including parts no layer reads yet (a source or target term alone on blocks with reverse edges).
+
 float64, small graphs: MLP batches (dense blocks, and forced onto the general path), a conv graph,
 a residual network's graph with skip edges (general path only). Outputs and every parameter's
 gradient with the options equal those without at ``1e-10``; ``edge_chunk=7`` cuts every graph here
@@ -13,11 +16,12 @@ import torch
 from torch import nn
 from torch_geometric.data import Batch
 
-from neuralgraph.graph import mlp_to_graph, module_to_graph
-from neuralgraph.nn import METANETS, build_metanet
-from neuralgraph.nn.base import EdgeTiles, EdgeUpdate
-from neuralgraph.nn.context import block_rows
+from neuralgraph.graph import GraphSpec, mlp_to_graph, module_to_graph
+from neuralgraph.nn import METANETS, build_metanet, paths
+from neuralgraph.nn.base import EdgeUpdate, node_rows
+from neuralgraph.nn.context import block_rows, edge_blocks, node_blocks, reverse_edge_partner
 from neuralgraph.nn.gmn import GMNLayer
+from neuralgraph.nn.paths import EdgeTiles, MessageMap
 
 TOLERANCE = 1e-10
 CHUNKED = ("gmn", "ng_gnn")
@@ -63,7 +67,8 @@ GRAPHS = {
 
 def outputs_and_gradients(name, graph, encoder_options, dense, options):
     torch.manual_seed(0)
-    metanet = build_metanet(name, hidden_dim=8, num_layers=2, **encoder_options, **options).double()
+    metanet = build_metanet(name, spec=GraphSpec.of(graph), hidden_dim=8, num_layers=2, **encoder_options,
+                            **options).double()
     metanet.encoder.dense = dense
     node, edge = metanet(graph)
     generator = torch.Generator().manual_seed(5)
@@ -107,7 +112,8 @@ def test_checkpoint_replays_dropout(name):
     results = []
     for checkpoint in (False, True):
         torch.manual_seed(0)
-        metanet = build_metanet(name, hidden_dim=8, num_layers=2, dropout=0.5, checkpoint=checkpoint).double().train()
+        metanet = build_metanet(name, spec=GraphSpec.of(graph), hidden_dim=8, num_layers=2, dropout=0.5,
+                                checkpoint=checkpoint).double().train()
         node, edge = metanet(graph)
         (node.square().sum() + edge.square().sum()).backward()
         results.append([node, edge] + [parameter.grad for parameter in metanet.parameters()])
@@ -153,7 +159,7 @@ def test_bfloat16_edge_states_train_a_float32_model(name):
     results = []
     for options in ({}, {"edge_chunk": 7, "edge_dtype": torch.bfloat16}):
         torch.manual_seed(0)
-        metanet = build_metanet(name, hidden_dim=8, num_layers=2, **options)
+        metanet = build_metanet(name, spec=GraphSpec.of(graph), hidden_dim=8, num_layers=2, **options)
         node, edge = metanet(graph)
         (node.square().sum() + edge.square().sum()).backward()
         results.append((node, edge, [parameter.grad for parameter in metanet.parameters()]))
@@ -171,7 +177,7 @@ def test_bfloat16_edge_states_train_a_float32_model(name):
     ("gmn", {"edge_dtype": torch.bfloat16}, "given: None"),
     ("nft", {"edge_dtype": torch.bfloat16, "edge_chunk": 7}, "this is NFT"),
     ("gmn", {"edge_dtype": torch.int8, "edge_chunk": 7}, "torch.int8"),
-    ("ng_gnn", {"edge_dtype": "bfloat16", "edge_chunk": 7}, "'bfloat16'"),
+    ("ng_gnn", {"edge_dtype": "bfloat16", "edge_chunk": 7, "degree_histogram": [0, 2, 1]}, "'bfloat16'"),
 ])
 def test_an_invalid_edge_dtype_is_named(name, options, named):
     with pytest.raises(ValueError, match=r"^edge_dtype=.*expected a floating torch.dtype, with edge_chunk") as error:
@@ -199,3 +205,70 @@ def test_tiles_cover_the_grid_once_within_the_chunk(grid, chunk):
         covered[graphs, rows, columns] += 1
     assert bool((covered == 1).all())
     assert torch.equal(tiles.cat(tiles.split(block)), block)
+
+
+class EveryTerm(nn.Module, MessageMap):
+    """A per-edge map that reads every kind of term (source and target terms alone and summed, the opposite edge)
+    and sends messages both ways, read by every reduction."""
+
+    target_reductions = (("sum", "amin"), ("sum_of_squares",))
+    source_reductions = (("amax",),)
+
+    def __init__(self, width, reverse):
+        super().__init__()
+        self.reverse = reverse
+        self.source, self.target = nn.Linear(width, 2 * width), nn.Linear(width, 2 * width)
+        self.edge = nn.Linear(width, width)
+
+    def node_terms(self, x):
+        return self.source(x).chunk(2, -1), self.target(x).chunk(2, -1)
+
+    def edge_map(self, edge, ends):
+        new = torch.tanh(self.edge(edge) + ends.pair(0))
+        if self.reverse:
+            new = new + ends.opposite(torch.sin)
+        return new, (new * ends.source(1), (new - ends.target(1)).cos()), (new * ends.target(1),)
+
+    def receive(self, incoming, outgoing):
+        return torch.cat([incoming.values[0] / incoming.count, *incoming.values[1:],
+                          outgoing.values[0] * outgoing.count], dim=-1)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_every_strategy_runs_a_map_alike(reverse):
+    """A map on all edge rows, on chunks of rows, on dense blocks and on tiles: the same new edges, the same features
+    received (nodes without messages included) and the same gradients."""
+    layout, width = (2, 5, 4, 3), 6
+    graph = mlp_batch(layout, 3, 8)
+    generator = torch.Generator().manual_seed(9)
+    directions, edge_index, opposite = 1, graph.edge_index, None
+    if reverse:
+        directions, opposite = 2, reverse_edge_partner(graph.num_edges)
+        edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
+    x = torch.randn(graph.num_nodes, width, generator=generator, dtype=torch.float64, requires_grad=True)
+    edge_attr = torch.randn(edge_index.shape[1], width, generator=generator, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(0)
+    edge_map = EveryTerm(width, reverse).double()
+
+    def on_blocks(chunk):
+        nodes, widths = node_rows(node_blocks(x, layout))
+        new, received = paths.on_blocks(edge_map, nodes, widths, edge_blocks(edge_attr, layout, directions), reverse,
+                                        chunk)
+        rows = [block_rows(new)] if not reverse else [block_rows([block[d] for block in new]) for d in (0, 1)]
+        return torch.cat(rows), received.flatten(0, 1)
+
+    runs = {"rows": lambda: paths.on_rows(edge_map, x, edge_index, edge_attr, opposite),
+            "chunks": lambda: paths.on_rows(edge_map, x, edge_index, edge_attr, opposite, chunk=7),
+            "blocks": lambda: on_blocks(None), "tiles": lambda: on_blocks(7), "tiles of graphs": lambda: on_blocks(40)}
+    results = {}
+    for name, run in runs.items():
+        new, received = run()
+        weights = torch.Generator().manual_seed(10)
+        loss = ((new * torch.randn(new.shape, generator=weights, dtype=new.dtype)).sum()
+                + (received * torch.randn(received.shape, generator=weights, dtype=received.dtype)).sum())
+        tensors = [x, edge_attr, *edge_map.parameters()]
+        results[name] = [new, received, *torch.autograd.grad(loss, tensors)]
+    assert results["rows"][1].shape == (graph.num_nodes, 4 * width)
+    for name, result in results.items():
+        for a, b in zip(result, results["rows"], strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=TOLERANCE, msg=name)

@@ -21,10 +21,9 @@ from torch.utils._pytree import tree_leaves
 from neuralgraph.data.cnn_zoo import ZooBatch, zoo_blocks, zoo_graph
 from neuralgraph.data.inr_dataset import InrBatch, InrDataset
 from neuralgraph.data.transformer_zoo import ZooViT
-from neuralgraph.graph import GraphSpec, ModuleConverter, batch_graphs, mlp_to_graph
+from neuralgraph.graph import GraphSpec, ModuleConverter, WeightBlocks, batch_graphs, graph_facts, mlp_to_graph
 from neuralgraph.inr import DWS_MNIST, render
 from neuralgraph.nn import BASELINES, METANETS, build_metanet
-from neuralgraph.nn.context import WeightBlocks, graph_facts
 from neuralgraph.training import tasks
 
 META = torch.device("meta")

@@ -3,7 +3,7 @@ the SIREN render and the weight decoder stay in float32, and a fit writes float3
 import pytest
 import torch
 
-from neuralgraph.graph import mlp_to_graph
+from neuralgraph.graph import GraphSpec, mlp_to_graph
 from neuralgraph.inr import render
 from neuralgraph.nn import METANETS, build_metanet
 from neuralgraph.training.cli import run_lightning_cli
@@ -28,7 +28,7 @@ def bf16():
 def test_every_metanet_runs_under_bf16_autocast_close_to_float32(name, dense):
     torch.manual_seed(0)
     graph = random_graph()
-    net = build_metanet(name, hidden_dim=8, num_layers=2, max_layers=len(LAYOUT) - 1)
+    net = build_metanet(name, spec=GraphSpec.of(graph), hidden_dim=8, num_layers=2, max_layers=len(LAYOUT) - 1)
     net.encoder.dense = dense
     with torch.no_grad():
         full = net(graph)

@@ -15,6 +15,7 @@ from neuralgraph.graph import (
     WEIGHT_EDGE,
     Activation,
     GraphConversionError,
+    GraphSpec,
     activation_codes,
     blocks_to_graph,
     fold_batchnorm,
@@ -566,7 +567,9 @@ def test_message_passing_metanets_read_skip_edges_and_respect_the_residual_symme
     inputs = torch.randn(4, 2, dtype=torch.float64)
     torch.testing.assert_close(_permuted_residual(module, perm)(inputs), module(inputs), rtol=1e-12, atol=1e-12)
     graphs = Batch.from_data_list([module_to_graph(module), module_to_graph(_permuted_residual(module, perm))])
-    metanet = build_metanet(name, hidden_dim=8, num_layers=2, skip_edges=True).double().eval()
+    spec = GraphSpec.of(graphs)
+    assert spec.skip_edges
+    metanet = build_metanet(name, spec=spec, hidden_dim=8, num_layers=2).double().eval()
     metanet.encoder.set_input_statistics(graphs)  # per-layer weight statistics leave the skip edges out
     into_2 = (graphs.edge_kind == WEIGHT_EDGE) & (graphs.edge_layer == 1)
     torch.testing.assert_close(metanet.encoder.edge_mean[1], graphs.edge_attr[into_2].mean(), rtol=1e-12, atol=0)
@@ -580,13 +583,14 @@ def test_message_passing_metanets_read_skip_edges_and_respect_the_residual_symme
     control = Batch.from_data_list([module_to_graph(module), module_to_graph(broken)])
     out = readout(control, *metanet(control))
     assert not torch.allclose(out[0], out[1], rtol=1e-6, atol=1e-6)
-    plain = build_metanet(name, hidden_dim=8, num_layers=2).double()
+    degrees = {"degree_histogram": list(spec.degree_histogram)} if name == "ng_gnn" else {}
+    plain = build_metanet(name, hidden_dim=8, num_layers=2, **degrees).double()
     with pytest.raises(ValueError, match="graph field edge_kind marks residual skip or shortcut edges.*skip_edges=True"):
         plain(graphs)
 
 
 @pytest.mark.parametrize("name,options", [("dws", {}), ("nfn_hnp", {}), ("gmn", {"probe_features": 4}),
-                                          ("scalegmn", {"activation": "relu"})])
+                                          ("scalegmn", {"network_activation": "relu"})])
 def test_metanets_that_assume_consecutive_layers_refuse_skip_edges(name, options):
     from neuralgraph.nn import build_metanet
 

@@ -2,7 +2,9 @@
 
 Parametrised over ``METANETS``, so an architecture joins the suite by registering itself. Some
 architectures have per-layer parameters (DWS, NFN), so the suite stays in the family of INR
-layouts ``(2, h_1, h_2, 1)`` that every architecture accepts with ``max_layers=3``.
+layouts ``(2, h_1, h_2, 1)`` that every architecture accepts with ``max_layers=3``; models are
+built for the GraphSpec of the project's INR layout (``INR_SPEC``), as training builds them for
+its data's.
 """
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from hypothesis import strategies as st
 from torch import nn
 from torch_geometric.data import Batch
 
-from neuralgraph.graph import GraphConversionError, mlp_to_graph, module_to_graph, permute_mlp, random_hidden_permutation
+from neuralgraph.graph import (GraphConversionError, GraphSpec, mlp_to_graph, module_to_graph, permute_mlp,
+                               random_hidden_permutation)
 from neuralgraph.nn import METANETS, GraphEncoder, InvariantReadout, Metanet, WeightDecoder, build_metanet, register_metanet
+from neuralgraph.nn.encoder import EncoderOptions
 from neuralgraph.nn.context import GraphContext, layer_index
 from neuralgraph.nn.gmn import GMNLayer
 from neuralgraph.nn.nft import NeuronAttentionLayer
@@ -34,7 +38,7 @@ def float64_model(name: str, device: torch.device = torch.device("cpu")) -> tupl
                                                                                WeightDecoder]:
     """A small metanet with both heads, in float64 and eval mode on ``device``, built once per architecture."""
     torch.manual_seed(0)
-    metanet = build_metanet(name, hidden_dim=16, num_layers=2, max_layers=MAX_LAYERS)
+    metanet = build_metanet(name, spec=INR_SPEC, hidden_dim=16, num_layers=2, max_layers=MAX_LAYERS)
     readout = InvariantReadout(16, 5, max_layers=MAX_LAYERS)
     decoder = WeightDecoder(16, K, max_layers=MAX_LAYERS, init_scale=0.5)
     return tuple(m.double().eval().to(device) for m in (metanet, readout, decoder))
@@ -45,6 +49,10 @@ def random_mlps(layout, batch_size, seed):
     weights = [torch.randn(batch_size, o, i, generator=generator, dtype=torch.float64) for i, o in zip(layout, layout[1:])]
     biases = [torch.randn(batch_size, o, generator=generator, dtype=torch.float64) for o in layout[1:]]
     return weights, biases
+
+
+#: The GraphSpec of networks of the project's INR layout (the data facts a model is built for).
+INR_SPEC = GraphSpec.of(mlp_to_graph(*random_mlps((2, 32, 32, 1), 1, 0)))
 
 
 def run_heads(name, weights, biases, device=torch.device("cpu")):
@@ -121,7 +129,7 @@ def test_mixed_layouts_match_single_graphs(name, device):
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_gradients_reach_every_parameter(name, device):
     torch.manual_seed(1)
-    metanet = build_metanet(name, hidden_dim=8, num_layers=2, max_layers=MAX_LAYERS).double().to(device)
+    metanet = build_metanet(name, spec=INR_SPEC, hidden_dim=8, num_layers=2, max_layers=MAX_LAYERS).double().to(device)
     readout = InvariantReadout(8, 3, max_layers=MAX_LAYERS).double().to(device)
     decoder = WeightDecoder(8, 2, max_layers=MAX_LAYERS).double().to(device)
     graph = mlp_to_graph(*random_mlps((2, 5, 5, 1), 4, 0)).to(device)
@@ -143,7 +151,8 @@ def test_conv_graph_runs(name):
         nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 10)
     )
     graph = Batch.from_data_list([module_to_graph(cnn)] * 2)
-    metanet = build_metanet(name, hidden_dim=8, num_layers=2, edge_features=9)
+    metanet = build_metanet(name, spec=GraphSpec.of(graph), hidden_dim=8, num_layers=2)
+    assert metanet.encoder.edge_features == 9
     node, edge = metanet(graph)
     assert node.shape == (graph.num_nodes, 8) and edge.shape == (graph.num_edges, 8)
     readout = InvariantReadout(8, 3)
@@ -170,13 +179,17 @@ def test_encoder_reverse_edges_carry_both_directions():
 def test_encoder_errors_name_the_field():
     graph = mlp_to_graph([torch.randn(3, 2), torch.randn(1, 3)], [torch.randn(3), torch.randn(1)])
     with pytest.raises(ValueError, match="edge_attr"):
-        GraphEncoder(4, edge_features=9)(graph)
+        GraphEncoder(4, EncoderOptions(edge_features=9))(graph)
     with pytest.raises(ValueError, match="node_type"):
-        GraphEncoder(4, max_node_types=3)(graph)
+        GraphEncoder(4, EncoderOptions(max_node_types=3))(graph)
     with pytest.raises(ValueError, match="edge_layer"):
-        GraphEncoder(4, max_layers=1)(graph)
+        GraphEncoder(4, EncoderOptions(max_layers=1))(graph)
     with pytest.raises(ValueError, match="positional"):
-        GraphEncoder(4, positional="absolute")
+        GraphEncoder(4, EncoderOptions(positional="absolute"))
+    with pytest.raises(ValueError, match="network_activation"):
+        GraphEncoder(4, EncoderOptions(probe_features=2))
+    with pytest.raises(ValueError, match="w0"):
+        GraphEncoder(4, EncoderOptions(probe_features=2, network_activation="sine"))
 
 
 def test_np_symmetry_requires_layer_embeddings():
@@ -190,8 +203,8 @@ def test_np_symmetry_requires_layer_embeddings():
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_every_metanet_builds_with_defaults(name):
-    """``build_metanet(name)`` needs no arguments, and the model reads the project's INR layout."""
-    metanet = build_metanet(name)
+    """``build_metanet(name, spec=spec)`` needs no other arguments, and the model reads the project's INR layout."""
+    metanet = build_metanet(name, spec=INR_SPEC)
     graph = mlp_to_graph(*[[t.float() for t in ts] for ts in random_mlps((2, 4, 4, 1), 2, 0)])
     node, edge = metanet(graph)
     assert node.shape == (graph.num_nodes, metanet.hidden_dim) and edge.shape == (graph.num_edges, metanet.hidden_dim)
@@ -200,6 +213,10 @@ def test_every_metanet_builds_with_defaults(name):
 def test_registry_errors():
     with pytest.raises(ValueError, match="known: .*'gmn'"):
         build_metanet("no_such_net")
+    with pytest.raises(ValueError, match="^ng_gnn: degree_histogram .* is not given"):
+        build_metanet("ng_gnn")  # a fact of the data: given by its GraphSpec, or by hand
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['activation'\]"):
+        build_metanet("gmn", activation="sine")
     with pytest.raises(ValueError, match="already taken"):
         register_metanet("gmn")(type("OtherGMN", (Metanet,), {}))
     with pytest.raises(TypeError, match="not a Metanet"):

@@ -51,11 +51,11 @@ def test_the_wheel_installs_the_cli_and_its_demo_config(tmp_path):
     assert run(venv / "bin" / "neuralgraph", "--version", cwd=tmp_path, env=env) == \
         f"neuralgraph {neuralgraph.__version__} (neuralgraph-pyg)\n"
     listed = run(venv / "bin" / "neuralgraph", "configs", "dilation/gmn", cwd=tmp_path, env=env)
-    assert re.search(r"^dilation/gmn_k4 +INR dilation", listed, flags=re.M)
+    assert re.search(r"^benchmarks/dilation/gmn_k4 +INR dilation", listed, flags=re.M)
     assert str(site_packages / "neuralgraph" / "configs") in listed
-    config = run(venv / "bin" / "neuralgraph", "fit", "--config", "dilation/gmn_k4", "--print_config",
+    config = run(venv / "bin" / "neuralgraph", "fit", "--config", "benchmarks/dilation/gmn_k4", "--print_config",
                  cwd=tmp_path, env=env)
-    assert "metanet: gmn" in config and "default_root_dir: runs/dilation/gmn_k4" in config
+    assert "metanet: gmn" in config and "default_root_dir: runs/benchmarks/dilation/gmn_k4" in config
 
 
 def check_wheel_contents(wheel: Path) -> None:

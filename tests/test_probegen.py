@@ -13,11 +13,10 @@ from neuralgraph.data.cnn_zoo import (ACTIVATIONS, LAYERS, CnnZooDataset, ZooBat
                                       make_cnn_zoo, zoo_blocks, zoo_graph)
 from neuralgraph.data.inr_dataset import InrBatch, InrDataset
 from neuralgraph.data.transformer_zoo import ZooViT
-from neuralgraph.graph import (GraphSpec, batch_graphs, blocks_to_graph, mlp_to_graph, module_to_graph, permute_mlp,
-                               random_hidden_permutations)
+from neuralgraph.graph import (GraphSpec, WeightBlocks, batch_graphs, blocks_to_graph, mlp_to_graph, module_to_graph,
+                               permute_mlp, random_hidden_permutations)
 from neuralgraph.inr import DWS_MNIST, grid_coordinates, render
 from neuralgraph.nn import BASELINES, METANETS, build_metanet
-from neuralgraph.nn.context import WeightBlocks
 from neuralgraph.nn.flops import flops_per_prediction
 from neuralgraph.nn.probegen import ProbeGen, VanillaProbe
 from neuralgraph.training import tasks
@@ -246,7 +245,7 @@ def fit(config: str, tmp_path, *options):
                               "--trainer.logger", "false", "--model.init_args.metanet_config.num_probes", "8"])
 
 
-@pytest.mark.parametrize("config", ["inr_classification/probegen.yaml", "inr_classification/probe.yaml"])
+@pytest.mark.parametrize("config", ["examples/inr_classification/probegen.yaml", "examples/inr_classification/probe.yaml"])
 def test_the_inr_configs_fit(config, tiny_inrs, tmp_path):
     cli = fit(config, tmp_path, "--data.root", str(tiny_inrs), "--data.batch_size", "8",
               "--data.preset", "null")
@@ -254,7 +253,8 @@ def test_the_inr_configs_fit(config, tiny_inrs, tmp_path):
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss"])
 
 
-@pytest.mark.parametrize("config", ["generalization/probegen.yaml", "generalization/probe.yaml"])
+@pytest.mark.parametrize("config", ["examples/generalization_prediction/small_cnn_zoo_probegen.yaml",
+                                    "examples/generalization_prediction/small_cnn_zoo_probe.yaml"])
 def test_the_cnn_zoo_configs_fit(config, tiny_zoo, tmp_path):
     cli = fit(config, tmp_path, "--data.init_args.root", str(tiny_zoo), "--data.init_args.batch_size", "4")
     assert cli.model.metanet.network == "cnn_zoo"

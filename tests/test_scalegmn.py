@@ -6,8 +6,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutations
+from neuralgraph.graph import GraphSpec, mlp_to_graph, permute_mlp, random_hidden_permutations
 from neuralgraph.graph.scaling import random_hidden_scalings, rescale_mlp
+from neuralgraph.inr import DWS_MNIST
 from neuralgraph.nn import InvariantReadout, build_metanet
 from neuralgraph.nn.scalegmn import ScaleGMNLayer
 
@@ -33,7 +34,8 @@ def random_mlps(layout, batch_size, generator):
 def model(name, scaling, activation, options, hidden_dim=8):
     torch.manual_seed(0)
     group = {} if scaling is None else {"scaling": scaling}
-    metanet = build_metanet(name, hidden_dim=hidden_dim, num_layers=2, activation=activation, w0=3.0, **group, **options)
+    metanet = build_metanet(name, hidden_dim=hidden_dim, num_layers=2, network_activation=activation, w0=3.0, **group,
+                            **options)
     readout, decoder = metanet.readout(3), metanet.decoder(K, init_scale=0.5)
     return [m.double().eval() for m in (metanet, readout, decoder)]
 
@@ -86,22 +88,24 @@ def test_gmn_is_not_sign_invariant(name, options):
 @pytest.mark.parametrize("name", ["gmn", "ng_gnn", "ng_t", "nft", "dws"])
 def test_weight_features_keep_permutation_equivariance(name):
     """Probe and gradient features on architectures without a scaling group: permutations still commute."""
-    torch.manual_seed(0)
-    metanet = build_metanet(name, hidden_dim=8, num_layers=1, max_layers=3, probe_features=4,
-                            gradient_features=5).double().eval()
-    readout = InvariantReadout(8, 3, max_layers=3).double()
     g = torch.Generator().manual_seed(1)
     weights, biases = random_mlps((2, 4, 3, 1), 2, g)
     perms = random_hidden_permutations((2, 4, 3, 1), 2, g)
+    graphs = [mlp_to_graph(weights, biases), mlp_to_graph(*permute_mlp(weights, biases, perms))]
+    spec = GraphSpec.of(graphs[0], convention=DWS_MNIST.to_dict())  # SIRENs: sine, the convention's w0
+    torch.manual_seed(0)
+    metanet = build_metanet(name, spec=spec, hidden_dim=8, num_layers=1, max_layers=3, probe_features=4,
+                            gradient_features=5).double().eval()
+    readout = InvariantReadout(8, 3, max_layers=3).double()
     with torch.no_grad():
-        graphs = [mlp_to_graph(weights, biases), mlp_to_graph(*permute_mlp(weights, biases, perms))]
         before, after = (readout(graph, *metanet(graph)) for graph in graphs)
     torch.testing.assert_close(after, before, rtol=0, atol=TOLERANCE)
 
 
 def test_features_reach_the_output_and_train():
     """Gradients flow into the probe points and the gradient-set pooling."""
-    metanet = build_metanet("scalegmn_b", hidden_dim=8, num_layers=1, probe_features=3, gradient_features=4)
+    metanet = build_metanet("scalegmn_b", hidden_dim=8, num_layers=1, probe_features=3, gradient_features=4,
+                            network_activation="sine", w0=30.0)
     weights, biases = random_mlps((2, 4, 1), 2, torch.Generator().manual_seed(0))
     graph = mlp_to_graph([w.float() for w in weights], [b.float() for b in biases])
     node, edge = metanet(graph)
@@ -115,13 +119,13 @@ def test_bad_options_are_named():
     with pytest.raises(ValueError, match="fourier_features=8 with scaling='sign'"):
         build_metanet("scalegmn", hidden_dim=8, num_layers=1, fourier_features=8)
     with pytest.raises(ValueError, match="gradient_features under scaling='scale'"):
-        build_metanet("scalegmn", hidden_dim=8, num_layers=1, activation="relu", gradient_features=4)
-    with pytest.raises(ValueError, match="scaling='sign' but activation='relu' has the group 'scale'"):
-        build_metanet("scalegmn", hidden_dim=8, num_layers=1, scaling="sign", activation="relu")
+        build_metanet("scalegmn", hidden_dim=8, num_layers=1, network_activation="relu", gradient_features=4)
+    with pytest.raises(ValueError, match="scaling='sign' but network_activation='relu' has the group 'scale'"):
+        build_metanet("scalegmn", hidden_dim=8, num_layers=1, scaling="sign", network_activation="relu")
     with pytest.raises(ValueError, match="group='rotation'"):
         build_metanet("scalegmn", hidden_dim=8, num_layers=1, scaling="rotation")
-    with pytest.raises(ValueError, match="activation='gelu'"):
-        build_metanet("gmn", hidden_dim=8, num_layers=1, probe_features=2, activation="gelu")
+    with pytest.raises(ValueError, match="^network_activation='gelu'"):
+        build_metanet("gmn", hidden_dim=8, num_layers=1, probe_features=2, network_activation="gelu")
     layer = ScaleGMNLayer(4, "sign", bidirectional=True)
     edge_index = torch.tensor([[0], [1]])
     with pytest.raises(ValueError, match="needs the encoder's reverse edges"):

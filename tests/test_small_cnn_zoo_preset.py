@@ -202,3 +202,30 @@ def test_refusals_are_one_line(tmp_path, capsys, zoo):
     one_line_error(capsys, again, "weights.npy", "missing")
     manifest = json.loads((src / "manifest.json").read_text())
     assert manifest["preset"] == preset.PRESET and manifest["checkpoint_epochs"] == [0, 1, 2]
+
+
+def test_the_manifest_and_zoo_report_give_the_accuracy_per_checkpoint_epoch(zoo, tmp_path, capsys):
+    import json
+
+    from neuralgraph.data.zoo_report import QUANTILES
+
+    root, _ = zoo
+    rows = read_metrics(root)
+    summary = json.loads((root / "manifest.json").read_text())["accuracy"]
+    assert list(summary) == ["0", "1", "2"]
+    for epoch, stats in summary.items():
+        accuracy = np.array([float(r["test_accuracy"]) for r in rows if int(float(r["step"])) == int(epoch)])
+        assert stats["networks"] == 3 and stats["diverged"] == 0
+        expected = np.quantile(accuracy, (0.0, *QUANTILES, 1.0)).round(4)
+        assert [stats[k] for k in ("min", "q1", "median", "q3", "max")] == expected.tolist()
+
+    png, table = tmp_path / "hist.png", tmp_path / "table.md"
+    assert main(["zoo-report", str(root), "--png", str(png), "--markdown", str(table)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lines = table.read_text().splitlines()
+    assert lines[0].startswith("| epoch | networks |") and len(lines) == 2 + 3 and lines[2].startswith("| 0 | 3 | 0 |")
+    assert table.read_text() in capsys.readouterr().out
+    assert main(["zoo-report", str(root), "--png", str(png)]) == 2  # an existing file needs --force
+    assert "exists; pass --force" in capsys.readouterr().err
+    assert main(["zoo-report", str(tmp_path)]) == 2
+    assert "metrics.csv.gz: no such file" in capsys.readouterr().err

@@ -49,14 +49,41 @@ def test_spec_arguments_fill_the_data_facts_and_refuse_a_contradiction():
     assert dws.num_weight_layers == 3
     with pytest.raises(ValueError, match=r"^dws: num_weight_layers=4 in the config, but the data's GraphSpec gives 3$"):
         build_metanet("dws", spec=spec, hidden_dim=8, num_weight_layers=4)
-    # NG-GNN normalised by the data's histogram computes what the matching degree_layout gave
+    # NG-GNN normalised by the data's histogram computes what the layout's histogram, given by hand, gives
     graph = mlp_batch((3, 6, 6, 2), batch=1, dtype=torch.float64)
     torch.manual_seed(0)
     from_spec = build_metanet("ng_gnn", spec=GraphSpec.of(graph), hidden_dim=8, num_layers=2).double()
     torch.manual_seed(0)
-    from_layout = build_metanet("ng_gnn", hidden_dim=8, num_layers=2, degree_layout=(3, 6, 6, 2)).double()
+    from_layout = build_metanet("ng_gnn", hidden_dim=8, num_layers=2,
+                                degree_histogram=layout_degree_histogram((3, 6, 6, 2)).tolist()).double()
     for a, b in zip(from_spec(graph), from_layout(graph)):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"^ng_gnn: degree_histogram .* is not given: the data's GraphSpec gives it"):
+        build_metanet("ng_gnn", hidden_dim=8, num_layers=2)
+
+
+def test_the_networks_activation_and_w0_come_from_the_spec():
+    """INR data (a SIREN convention) gives ``network_activation="sine"`` and the convention's ``w0``; graphs that
+    record one activation give it; probe features without them are refused, naming the missing field."""
+    graph = mlp_batch((2, 5, 4, 1))
+    inr = GraphSpec.of(graph, convention={"w0": 12.0})
+    assert (inr.network_activation, inr.w0) == ("sine", 12.0)
+    features = build_metanet("gmn", spec=inr, hidden_dim=8, num_layers=1, probe_features=3).encoder.weight_features
+    assert (features.network_activation, features.w0) == ("sine", 12.0)
+    tanh = GraphSpec.of(module_to_graph(nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))))
+    assert (tanh.network_activation, tanh.w0) == ("tanh", None)
+    assert type(build_metanet("scalegmn", spec=tanh, hidden_dim=8, num_layers=1)).scaling == "sign"
+    relu = GraphSpec.of(module_to_graph(nn.Sequential(nn.Linear(2, 4), nn.ReLU(), nn.Linear(4, 1))))
+    assert type(build_metanet("scalegmn", spec=relu, hidden_dim=8, num_layers=1)).scaling == "scale"
+    with pytest.raises(ValueError, match=r"^gmn: network_activation='relu' in the config, but the data's GraphSpec "
+                                         r"gives 'tanh'$"):
+        build_metanet("gmn", spec=tanh, network_activation="relu")
+    plain = GraphSpec.of(graph)
+    assert (plain.network_activation, plain.w0) == (None, None)
+    with pytest.raises(ValueError, match="network_activation .* is not given"):
+        build_metanet("gmn", spec=plain, hidden_dim=8, num_layers=1, probe_features=3)
+    with pytest.raises(ValueError, match="^network_activation='sine' needs w0"):
+        build_metanet("gmn", spec=plain, hidden_dim=8, num_layers=1, gradient_features=3, network_activation="sine")
 
 
 class Residual(nn.Module):

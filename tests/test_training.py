@@ -338,8 +338,9 @@ def test_epoch_seeded_sampler_reshuffles_per_epoch_and_repeats_per_seed():
     assert list(EpochSeededSampler(5, seed=0, shuffle=False)) == [0, 1, 2, 3, 4]
 
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "neuralgraph" / "configs").glob("**/*.yaml"))
-DILATION = Path(__file__).resolve().parents[1] / "neuralgraph" / "configs" / "dilation"
+CONFIGS_FOLDER = Path(__file__).resolve().parents[1] / "neuralgraph" / "configs"
+DILATION = CONFIGS_FOLDER / "benchmarks" / "dilation"
+CONFIGS = sorted(CONFIGS_FOLDER.glob("**/*.yaml"))
 
 
 def dilation_configs() -> list[str]:
@@ -350,13 +351,14 @@ def dilation_configs() -> list[str]:
 
 @pytest.mark.parametrize("name", dilation_configs())
 def test_the_shipped_dilation_grid_is_the_registrys(name):
-    """configs/dilation is what the registry's declared reference configurations give; a registered
+    """configs/benchmarks/dilation is what the registry's declared reference configurations give; a registered
     architecture without its files is skipped with the command that writes them."""
     from neuralgraph.bench.grids import dilation_grid, paper_grid
 
     path = DILATION / name
     if not path.is_file():
-        pytest.skip(f"{path.relative_to(DILATION.parents[2])} not written yet: python scripts/generate_dilation.py")
+        pytest.skip(f"{path.relative_to(CONFIGS_FOLDER.parents[1])} not written yet: "
+                    "python scripts/generate_dilation.py")
     assert path.read_text() == {**dilation_grid(), **paper_grid()}[name], "rerun python scripts/generate_dilation.py"
 
 
@@ -365,7 +367,7 @@ def test_every_shipped_dilation_config_is_of_a_registered_architecture():
     assert names <= set(dilation_configs()), sorted(names - set(dilation_configs()))
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.parent.name}/{c.name}")
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.relative_to(CONFIGS_FOLDER).as_posix())
 def test_every_config_parses(config, capsys):
     with pytest.raises(SystemExit) as exit_info:
         run_lightning_cli(["fit", "--config", str(config), "--print_config"])
@@ -388,11 +390,27 @@ def test_every_shipped_config_has_its_own_checkpoint_folder():
     assert len(named) == len(set(named)), sorted(r for r in named if named.count(r) > 1)
 
 
+def test_the_configs_lie_in_examples_by_task_and_benchmarks_by_benchmark():
+    """configs/examples/<task>/ runs the task class of its folder (InrClassification: inr_classification);
+    configs/benchmarks/<benchmark>/ belongs to benchmarks/<benchmark>.py."""
+    import re
+
+    import yaml
+
+    assert sorted(p.name for p in CONFIGS_FOLDER.iterdir()) == ["benchmarks", "examples"]
+    for config in (CONFIGS_FOLDER / "examples").glob("**/*.yaml"):
+        task = yaml.safe_load(config.read_text())["model"]["class_path"].rsplit(".", 1)[1]
+        assert config.parent.parent.name == "examples", config
+        assert re.sub(r"(?<!^)(?=[A-Z])", "_", task).lower() == config.parent.name, config
+    scripts = {p.name for p in (CONFIGS_FOLDER.parents[1] / "benchmarks").iterdir()}
+    assert {f"{p.name}.py" for p in (CONFIGS_FOLDER / "benchmarks").iterdir()} <= scripts
+
+
 def test_two_configs_in_one_directory_do_not_see_each_others_last(tiny_inrs, tmp_path, monkeypatch, capsys):
     from neuralgraph.cli import main
 
     monkeypatch.chdir(tmp_path)
-    first, second = (Path(__file__).resolve().parents[1] / "configs" / "dilation" / f"gmn_k{k}.yaml" for k in (1, 2))
+    first, second = (DILATION / f"gmn_k{k}.yaml" for k in (1, 2))
     small = ["--model.init_args.metanet_config", TINY_MODEL, "--data.root", str(tiny_inrs), "--data.batch_size", "8",
              "--data.limit_train", "16", "--data.limit_val", "8", "--data.limit_test", "8",
              "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]

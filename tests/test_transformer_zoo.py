@@ -212,7 +212,7 @@ def test_generalization_prediction_fits(tiny_zoo, tmp_path):
     from neuralgraph.training.transformer_zoo_datamodule import TransformerZooDataModule
 
     assert len(TransformerZooDataModule(root=str(tiny_zoo)).spec.layouts) >= 2
-    cli = run_lightning_cli(["fit", "--config", "configs/transformer_zoo/gmn.yaml", "--data.init_args.root",
+    cli = run_lightning_cli(["fit", "--config", "configs/benchmarks/transformer_zoo/gmn.yaml", "--data.init_args.root",
                              str(tiny_zoo), "--trainer.max_epochs", "1", "--trainer.default_root_dir", str(tmp_path),
                              "--trainer.enable_progress_bar", "false", "--trainer.logger", "false",
                              "--model.init_args.metanet_config", "{hidden_dim: 8, num_layers: 1}"])

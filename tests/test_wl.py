@@ -11,11 +11,12 @@ from torch_geometric.data import Batch
 from neuralgraph.commands.expressivity_report import linearisation_span
 from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutation
 from neuralgraph.nn import InvariantReadout, build_metanet, metanet_class
+from neuralgraph.nn.ng_gnn import layout_degree_histogram
 from neuralgraph.theory.canonical import CanonicalizationError, canonical_features, canonicalize
 from neuralgraph.theory.equivariant_space import commutant_dimension
 from neuralgraph.theory.wl import cycle_pair, wl_colors, wl_equivalent
 
-MESSAGE_PASSING = {"gmn": {}, "ng_gnn": {"degree_layout": (2, 4, 4, 1)}, "ng_t": {"num_heads": 2}, "nft": {"num_heads": 2}}
+MESSAGE_PASSING = {"gmn": {}, "ng_gnn": {"degree_histogram": layout_degree_histogram((2, 4, 4, 1)).tolist()}, "ng_t": {"num_heads": 2}, "nft": {"num_heads": 2}}
 
 
 @settings(max_examples=25, deadline=None)

@@ -77,14 +77,21 @@ def reference_cnn_step(p: dict, images, labels, activation, rate, dropout_at, ma
     return F.cross_entropy(F.linear(features, p["linear.weight"], p["linear.bias"]), labels)
 
 
-@pytest.mark.parametrize("dropout_at,decay", [("conv", "kernels"), ("features", "all")])
-def test_conv_stack_steps_are_each_networks_module_and_torch_optim(dropout_at, decay):
+KERNELS = zt.conv_kernels(torch.float64) is not None
+PATHS = [pytest.param(True, id="compiled", marks=pytest.mark.skipif(not KERNELS, reason="no C++ compiler")),
+         pytest.param(False, id="torch")]
+
+
+@pytest.mark.parametrize("fused", PATHS)
+@pytest.mark.parametrize("dropout_at,decay,C", [("conv", "kernels", 16), ("features", "all", 6)])
+def test_conv_stack_steps_are_each_networks_module_and_torch_optim(dropout_at, decay, C, fused):
     """Three steps of seven networks (every activation and rule; batches of their own sizes, split
     into tiles of 7 images; some networks sit steps out, so that a run of one rule steps rows that
     are not consecutive) against each network alone as conv2d/linear with its torch.optim optimizer,
-    in float64: equal to float64 rounding."""
+    in float64: equal to float64 rounding. Through the compiled kernels (16 channels: their vector
+    code; 6: their generic loops) and through torch operations alone."""
     torch.manual_seed(0)
-    C, n, N, dt = 4, 7, 40, torch.float64
+    n, N, dt = 7, 40, torch.float64
     images, labels = torch.randn(N, 1, 28, 28, dtype=dt), torch.randint(10, (N,))
     activations = ["relu", "tanh", "gelu", "relu", "tanh", "gelu", "relu"]
     rates = [0.3, 0.5, 0.2, 0.0, 0.6, 0.1, 0.4]
@@ -94,7 +101,8 @@ def test_conv_stack_steps_are_each_networks_module_and_torch_optim(dropout_at, d
     shapes = {"conv1.weight": (C, 1, 3, 3), "conv1.bias": (C,), "conv2.weight": (C, C, 3, 3), "conv2.bias": (C,),
               "conv3.weight": (C, C, 3, 3), "conv3.bias": (C,), "linear.weight": (10, C), "linear.bias": (10,)}
     weights = {k: torch.randn(n, *s, dtype=dt) * (0.5 if k.endswith("weight") else 0.1) for k, s in shapes.items()}
-    stack = zt.ConvStack(weights, activations, rates, dropout_at, bit_seeds=range(100, 100 + n), tile=7)
+    stack = zt.ConvStack(weights, activations, rates, dropout_at, bit_seeds=range(100, 100 + n), tile=7, fused=fused)
+    assert (stack.kernels is not None) == fused
     stack.optimizer(rules, lrs, wds, decay)
     inputs = stack.prepare(images)
     generator = torch.Generator().manual_seed(1)

@@ -23,7 +23,16 @@ from types import ModuleType
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from neuralgraph.bench.machine import cpu_description, machine_name
-from neuralgraph.bench.runner import fit_arguments, load_runs, run_missing, select_runs, write_atomic
+from neuralgraph.bench.runner import (
+    benchmark_configs,
+    config_file,
+    config_name,
+    fit_arguments,
+    load_runs,
+    run_missing,
+    select_runs,
+    write_atomic,
+)
 from neuralgraph.bench.tables import Cell, Column, Group, header, row
 
 
@@ -111,7 +120,8 @@ class Benchmark:
         every_system: a row for every system of the plan (``not run yet`` where none is recorded),
             else a row for every recorded (system, k), sorted.
         per_k: the plan and the runs have a k (ensemble members) besides system and seed.
-        configs: the folder of each system's ``configs/<configs>/<system>.yaml``.
+        configs: the benchmark's folder of configs: each system's is ``configs/benchmarks/<configs>/<system>.yaml``
+            (shipped as ``benchmarks/<configs>/<system>``, the name its runs record).
         recorded: the protocol entries recorded with every run.
         system_settings: ``system_settings(system)``, settings of a system recorded with its runs.
         settings: ``settings(protocol, system, k)``, what determines a run but its seed (None: the
@@ -164,6 +174,11 @@ class Benchmark:
         """The checkout the script is in (its folder's parent), which holds configs, data, runs and results."""
         return Path(self.script).resolve().parents[1]
 
+    @property
+    def config_folder(self) -> Optional[Path]:
+        """The folder of the systems' configs, ``configs/benchmarks/<configs>`` of the checkout (None without)."""
+        return None if self.configs is None else benchmark_configs(self.checkout, self.configs)
+
     def plan(self, protocol: Mapping[str, Any]) -> list[tuple]:
         """The protocol's runs in its order, each once: ``(system, k, seed)`` with ``per_k``, else ``(system, seed)``."""
         runs = []
@@ -177,14 +192,14 @@ class Benchmark:
         """What determines a run but its seed (``settings``, or the system's config and the recorded entries)."""
         if self.settings is not None:
             return self.settings(protocol, system, k)
-        path = self.checkout / "configs" / self.configs / f"{system}.yaml"
+        path = self.config_folder / f"{system}.yaml"
         if not path.is_file():
             hint = " (--write-configs writes them)" if self.write_configs else ""
             raise FileNotFoundError(f"{path.relative_to(self.checkout)}: no config for {system}{hint}")
         import yaml
 
         init_args = yaml.safe_load(path.read_text())["model"]["init_args"]
-        return {"config": str(path.relative_to(self.checkout)), "metanet": init_args["metanet"],
+        return {"config": config_name(path, self.checkout), "metanet": init_args["metanet"],
                 "metanet_config": {**init_args["metanet_config"], **protocol.get("metanet_config", {})},
                 **{key: protocol[key] for key in self.recorded}, **self.system_settings(system)}
 
@@ -192,7 +207,7 @@ class Benchmark:
         """``neuralgraph fit`` arguments of one run (resuming from ``out``'s last checkpoint if any)."""
         if self.arguments is not None:
             return self.arguments(settings, seed, data_root, out)
-        return fit_arguments(self.checkout / settings["config"], seed, data_root, out, settings["metanet"],
+        return fit_arguments(config_file(settings["config"], self.checkout), seed, data_root, out, settings["metanet"],
                              settings["metanet_config"], self.data.fit(settings), settings["trainer"],
                              build=self.data.build)
 
@@ -245,7 +260,7 @@ class Benchmark:
                             help="folder of the results JSON and table")
         if self.write_configs is not None:
             parser.add_argument("--write-configs", action="store_true",
-                                help=f"write configs/{self.configs}/<system>.yaml and exit")
+                                help=f"write configs/benchmarks/{self.configs}/<system>.yaml and exit")
         return parser
 
 
@@ -333,7 +348,7 @@ def load_script(path: Union[str, Path]) -> ModuleType:
     return module
 
 
-def write_fit_config(path: Path, header: str, task: str, init_args: dict, datamodule: str, data: dict,
+def write_fit_config(path: Path, header: str, task: str, init_args: dict, datamodule: Optional[str], data: dict,
                      trainer: dict) -> Path:
     """A ``neuralgraph fit`` config (seed 0) under the comment lines ``header``, as ``--write-configs`` writes one.
 
@@ -342,7 +357,8 @@ def write_fit_config(path: Path, header: str, task: str, init_args: dict, datamo
         header: comment lines written first.
         task: the task's class path.
         init_args: the task's init arguments.
-        datamodule: the data module's class path.
+        datamodule: the data module's class path, or None for the INR data module (the default of
+            ``neuralgraph fit``: ``data`` is then written as its options, without a class path).
         data: its init arguments.
         trainer: the trainer's options.
 
@@ -352,7 +368,7 @@ def write_fit_config(path: Path, header: str, task: str, init_args: dict, datamo
     import yaml
 
     config = {"seed_everything": 0, "model": {"class_path": task, "init_args": init_args},
-              "data": {"class_path": datamodule, "init_args": data}, "trainer": trainer}
+              "data": data if datamodule is None else {"class_path": datamodule, "init_args": data}, "trainer": trainer}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + yaml.safe_dump(config, sort_keys=False))
     return path

@@ -1,18 +1,21 @@
-"""The config grids derived from the registry: what ``configs/dilation/`` holds, computed.
+"""The config grids derived from the registry: what ``configs/benchmarks/dilation/`` holds, computed.
 
 The dilation grid holds every registered architecture (:data:`neuralgraph.nn.METANETS`) at its
 declared :attr:`~neuralgraph.nn.base.Metanet.reference_config` for k = 1, 2, 4, 8. k = 1 uses its
 width; k > 1 gives it as ``reference_hidden_dim`` instead, so that the task picks ``hidden_dim`` at
 start, the largest width at which metanet + decoder(k) fit the k = 1 parameter count, and stores it
-in the checkpoint. Each config checkpoints and logs in its own ``runs/<path under configs/>``, so
-``--ckpt_path last`` of one config never resumes another's run. ``paper/`` holds the systems of
-the paper's dilation table at their published sizes (:data:`PAPER`, sources in
-docs/architectures.md). ``python scripts/generate_dilation.py`` writes both into
-``neuralgraph/configs/dilation``; a test checks the shipped files against :func:`dilation_grid`.
+in the checkpoint. Each config checkpoints and logs in its own ``runs/<its name>``
+(``runs/benchmarks/dilation/gmn_k4``), so ``--ckpt_path last`` of one config never resumes another's
+run. ``paper/`` holds the systems of the paper's dilation table at their published sizes
+(:data:`PAPER`, sources in docs/architectures.md). ``python scripts/generate_dilation.py`` writes
+both into ``neuralgraph/configs/benchmarks/dilation``; a test checks the shipped files against
+:func:`dilation_grid`.
 """
 from __future__ import annotations
 
 KS = (1, 2, 4, 8)
+#: The grid's folder under ``configs/``, and the name of every config in it (``benchmarks/dilation/gmn_k4``).
+FOLDER = "benchmarks/dilation"
 
 #: The paper's dilation table, row name -> (metanet, k = 1 configuration, where the sizes come from).
 PAPER = {
@@ -87,11 +90,11 @@ def dilation_grid() -> dict[str, str]:
     """The dilation grid of every registered architecture, from its declared reference configuration.
 
     Returns:
-        ``{"<arch>_k<k>.yaml": text}``, relative to ``configs/dilation``.
+        ``{"<arch>_k<k>.yaml": text}``, relative to ``configs/benchmarks/dilation``.
     """
     from neuralgraph.nn import METANETS
 
-    return {f"{arch}_k{k}.yaml": config_text(arch, dict(cls.reference_config), k, f"runs/dilation/{arch}_k{k}")
+    return {f"{arch}_k{k}.yaml": config_text(arch, dict(cls.reference_config), k, f"runs/{FOLDER}/{arch}_k{k}")
             for arch, cls in METANETS.items() for k in KS}
 
 
@@ -99,8 +102,8 @@ def paper_grid() -> dict[str, str]:
     """The paper's dilation rows at their published sizes (:data:`PAPER`).
 
     Returns:
-        ``{"paper/<row>_k<k>.yaml": text}``, relative to ``configs/dilation``.
+        ``{"paper/<row>_k<k>.yaml": text}``, relative to ``configs/benchmarks/dilation``.
     """
     return {f"paper/{row}_k{k}.yaml": f"# Paper row {row}: {source}.\n"
-            + config_text(arch, config, k, f"runs/dilation/paper/{row}_k{k}")
+            + config_text(arch, config, k, f"runs/{FOLDER}/paper/{row}_k{k}")
             for row, (arch, config, source) in PAPER.items() for k in KS}

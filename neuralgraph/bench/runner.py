@@ -7,6 +7,12 @@ Each (system, k, seed) fits in a child process of its own, so that its peak memo
 run is appended to the results JSON as it completes (:func:`run_missing`): a kill leaves the
 previous file whole, a rerun skips the recorded runs, and a recorded run made with other settings
 is an error naming the field.
+
+A run records its config by its shipped name (``benchmarks/dilation/gmn_k1``, what ``neuralgraph
+configs`` lists and ``--config`` takes), the file ``configs/benchmarks/dilation/gmn_k1.yaml`` of the
+checkout. Runs recorded before the configs were split into ``examples/`` and ``benchmarks/`` hold
+the path ``configs/dilation/gmn_k1.yaml``: :func:`config_name_of_record` reads it as the name it
+has now, so that a rerun of such a results file skips its runs.
 """
 from __future__ import annotations
 
@@ -21,6 +27,68 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from neuralgraph.bench.machine import cpu_short
+from neuralgraph.commands.configs import BENCHMARKS, SUFFIX
+
+#: A checkout's configs folder (a link to ``neuralgraph/configs``).
+CONFIGS = "configs"
+#: How runs recorded their config before the split into ``examples/`` and ``benchmarks/``.
+RECORDED_CONFIG_PREFIX = f"{CONFIGS}/"
+
+
+def benchmark_configs(checkout: Path, benchmark: str) -> Path:
+    """The folder of the configs a benchmark runs.
+
+    Args:
+        checkout: the checkout holding ``configs``.
+        benchmark: the benchmark's folder name (``dilation``, ``dilation/paper``, ``inr_classification``).
+
+    Returns:
+        ``<checkout>/configs/benchmarks/<benchmark>``.
+    """
+    return checkout / CONFIGS / BENCHMARKS / benchmark
+
+
+def config_name(path: Path, checkout: Path) -> str:
+    """The shipped name of a config file of the checkout, as a run records it.
+
+    Args:
+        path: a file under ``<checkout>/configs``.
+        checkout: the checkout.
+
+    Returns:
+        Its path under ``configs`` without ``.yaml`` (``benchmarks/dilation/gmn_k1``).
+    """
+    return path.relative_to(checkout / CONFIGS).with_suffix("").as_posix()
+
+
+def config_file(name: str, checkout: Path) -> Path:
+    """The file of a config that a run records by name (:func:`config_name`).
+
+    Args:
+        name: the shipped name.
+        checkout: the checkout.
+
+    Returns:
+        ``<checkout>/configs/<name>.yaml``.
+    """
+    return checkout / CONFIGS / f"{name}{SUFFIX}"
+
+
+def config_name_of_record(recorded_config: str) -> str:
+    """The config a run recorded, as the shipped name it has now.
+
+    Args:
+        recorded_config: the run's ``config`` setting: a name (``benchmarks/dilation/gmn_k1``), or the
+            path a run recorded before the configs were split into ``examples/`` and ``benchmarks/``
+            (``configs/dilation/gmn_k1.yaml``: every config a benchmark ran then is now under
+            ``benchmarks/`` at the same path).
+
+    Returns:
+        The shipped name.
+    """
+    if recorded_config.startswith(RECORDED_CONFIG_PREFIX) and recorded_config.endswith(SUFFIX):
+        return f"{BENCHMARKS}/{recorded_config[len(RECORDED_CONFIG_PREFIX):-len(SUFFIX)]}"
+    return recorded_config
 
 
 def fit_arguments(config: Path, seed: int, data_root: Path, out: Path, metanet: str, metanet_config: dict,
@@ -187,6 +255,8 @@ def recorded(runs: list[dict], arch: str, k: int, seed: int, settings: dict, pat
              recorded_before: Optional[dict] = None) -> bool:
     """Whether ``runs`` holds (arch, k, seed); ValueError naming the field when it ran with other settings.
 
+    A recorded ``config`` is compared as the name it has now (:func:`config_name_of_record`).
+
     Args:
         runs: the recorded runs.
         arch: the system.
@@ -207,6 +277,8 @@ def recorded(runs: list[dict], arch: str, k: int, seed: int, settings: dict, pat
         if (run["arch"], run["k"], run["seed"]) == (arch, k, seed):
             for key, value in settings.items():
                 ran = run["settings"].get(key, (recorded_before or {}).get(key))
+                if key == "config" and isinstance(ran, str):
+                    ran = config_name_of_record(ran)
                 if ran != value:
                     raise ValueError(f"{path}: {arch} k={k} seed={seed} was run with {key}={ran}, "
                                      f"this protocol asks {value}; move the file away or pass --results DIR")

@@ -7,6 +7,7 @@ its search), counting what a benchmark trains: by default the metanetwork and a 
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 #: The depth every system of the budget-matched protocols runs at.
@@ -48,6 +49,25 @@ def budget_tolerance(metanet: str) -> float:
     return metanet_class(metanet).budget_tolerance
 
 
+@functools.lru_cache(maxsize=None)
+def inr_spec():
+    """The :class:`~neuralgraph.graph.spec.GraphSpec` of the INR benchmarks' data, SIRENs of DWS MNIST's
+    convention, which their models are built for (NG-GNN's degree histogram, the probe features' ``w0``).
+
+    Returns:
+        The spec (of one network; a one-layout set's spec does not depend on how many were read).
+    """
+    import torch
+
+    from neuralgraph.graph import GraphSpec, mlp_to_graph
+    from neuralgraph.inr import DWS_MNIST
+
+    layout = DWS_MNIST.layout
+    graph = mlp_to_graph([torch.zeros(d_out, d_in) for d_in, d_out in zip(layout, layout[1:])],
+                         [torch.zeros(d_out) for d_out in layout[1:]])
+    return GraphSpec.of(graph, convention=DWS_MNIST.to_dict())
+
+
 def plan_order(names: Sequence[str], metanet_of: Callable[[str], str] = lambda name: name) -> tuple[str, ...]:
     """``names`` in the order the benchmark plans run them: the declared ``slow`` architectures last.
 
@@ -78,7 +98,8 @@ def matched_width(name: str, metanet: str, options: Mapping[str, Any], target: i
         tolerance: how far (relative) from ``target`` the nearest width may land; None for the
             metanetwork's declared :func:`budget_tolerance`.
         count: ``count(metanet, config)`` counts a model's parameters; None for the metanetwork
-            and a k = 1 ``WeightDecoder`` (:func:`~neuralgraph.nn.budget.model_parameters`).
+            and a k = 1 ``WeightDecoder`` (:func:`~neuralgraph.nn.budget.model_parameters`), built for
+            the INR benchmarks' data (:func:`inr_spec`).
 
     Returns:
         The config, :data:`CPU_DEPTH` and ``options`` with the matched ``hidden_dim``.
@@ -96,7 +117,8 @@ def matched_width(name: str, metanet: str, options: Mapping[str, Any], target: i
     def params(multiple: int) -> int:
         if multiple not in counted:
             sized = {**config, "hidden_dim": multiple * step}
-            counted[multiple] = count(metanet, sized) if count else model_parameters(metanet, sized, 1)[0]
+            counted[multiple] = (count(metanet, sized) if count
+                                 else model_parameters(metanet, sized, 1, spec=inr_spec())[0])
         return counted[multiple]
 
     below = largest_fitting(lambda multiple: params(multiple) <= target)
@@ -116,7 +138,8 @@ def readout_parameters(metanet: str, config: Mapping[str, Any], outputs: int, sp
         metanet: the registered metanetwork or baseline.
         config: its constructor options.
         outputs: the readout's outputs (classes, or 1 for a regression).
-        spec: the :class:`~neuralgraph.graph.spec.GraphSpec` of the data, or None for the MLP default.
+        spec: the :class:`~neuralgraph.graph.spec.GraphSpec` of the data; ``None``: the INR benchmarks'
+            (:func:`inr_spec`).
 
     Returns:
         The number of trainable parameters of both.
@@ -124,5 +147,5 @@ def readout_parameters(metanet: str, config: Mapping[str, Any], outputs: int, sp
     from neuralgraph.nn import build_metanet
     from neuralgraph.nn.budget import count_trainable
 
-    model = build_metanet(metanet, spec=spec, **config)
+    model = build_metanet(metanet, spec=inr_spec() if spec is None else spec, **config)
     return count_trainable(model) + count_trainable(model.readout(outputs))

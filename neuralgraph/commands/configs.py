@@ -1,7 +1,11 @@
 """``neuralgraph configs [FILTER]``: the LightningCLI configs shipped with the package.
 
 Every YAML file under ``neuralgraph/configs/`` is installed with the package; its name is its
-path there without ``.yaml`` (``dilation/gmn_k4``). ``neuralgraph fit --config NAME`` (and
+path there without ``.yaml`` (``benchmarks/dilation/gmn_k4``). The configs lie in two folders:
+``examples/<task>/`` holds the hand-written examples of each task (the task class in snake case:
+``examples/inr_classification/gmn`` runs ``InrClassification``), ``benchmarks/<benchmark>/`` the
+configs that each benchmark program writes and runs (``python benchmarks/<benchmark>.py
+--write-configs``, ``scripts/generate_dilation.py``). ``neuralgraph fit --config NAME`` (and
 ``validate``/``test``/``predict``, ``demo --config``) accept such a name wherever no file of that
 name exists; :func:`resolve_config` does the lookup. Imports no torch.
 """
@@ -13,6 +17,10 @@ from importlib.resources import files
 from pathlib import Path
 
 SUFFIX = ".yaml"
+#: The folder of the hand-written examples, with one folder per task (``examples/<task>/<name>.yaml``).
+EXAMPLES = "examples"
+#: The folder of the generated configs, with one folder per benchmark (``benchmarks/<benchmark>/<system>.yaml``).
+BENCHMARKS = "benchmarks"
 
 
 def configs_folder() -> Path:
@@ -28,11 +36,12 @@ def shipped_configs() -> dict[str, Path]:
     """Every shipped config by name.
 
     Returns:
-        Name (the path under :func:`configs_folder`, with ``/``, without ``.yaml``) -> file, sorted by name.
+        Name (the path under :func:`configs_folder`, with ``/``, without ``.yaml``) -> file, the
+        examples first, then the benchmarks' configs, each sorted by name.
     """
     folder = configs_folder()
     found = {path.relative_to(folder).with_suffix("").as_posix(): path for path in folder.rglob(f"*{SUFFIX}")}
-    return dict(sorted(found.items()))
+    return dict(sorted(found.items(), key=lambda item: (not item[0].startswith(f"{EXAMPLES}/"), item[0])))
 
 
 def header(path: Path) -> str:
@@ -61,7 +70,7 @@ def close_names(name: str, names: list[str], count: int = 5) -> list[str]:
 
     Returns:
         Up to ``count`` of ``names``, closest first, that are spelled alike as a whole or in the file
-        name alone (``gmn_k3`` finds ``dilation/gmn_k4``), at a similarity of 0.6 or more.
+        name alone (``gmn_k3`` finds ``benchmarks/dilation/gmn_k4``), at a similarity of 0.6 or more.
     """
     stem = name.rsplit("/", 1)[-1]
 
@@ -77,7 +86,7 @@ def resolve_config(text: str, option: str = "--config") -> Path:
     """The config file that ``text`` names.
 
     Args:
-        text: a path, or the name of a shipped config (``dilation/gmn_k4``, ``.yaml`` optional).
+        text: a path, or the name of a shipped config (``benchmarks/dilation/gmn_k4``, ``.yaml`` optional).
         option: the command-line option ``text`` came from, for the error.
 
     Returns:
@@ -128,7 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser: the ``neuralgraph configs`` parser.
     """
     parser.add_argument("filter", nargs="?", default=None,
-                        help="list only the configs whose name contains this text (e.g. dilation, gmn_k4)")
+                        help="list only the configs whose name contains this text (e.g. examples, dilation, gmn_k4)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,5 +157,6 @@ def run(args: argparse.Namespace) -> int:
     width = max((len(name) for name in shipped), default=0)
     for name, path in shipped.items():
         print(f"{name:<{width}}  {header(path)}".rstrip())
-    print(f"\n{len(shipped)} configs in {configs_folder()}; run one with `neuralgraph fit --config NAME`")
+    print(f"\n{len(shipped)} configs in {configs_folder()}: {EXAMPLES}/<task>/ hand-written, {BENCHMARKS}/<benchmark>/ "
+          "written by the benchmark programs; run one with `neuralgraph fit --config NAME`")
     return 0

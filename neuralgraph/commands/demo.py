@@ -7,7 +7,8 @@
    PNG grids: each run's (input | target | OCE average | members) and ``comparison_test.png``
    (input | target | each run's output), the same test INRs in every row.
 
-Sizes come from ``neuralgraph/configs/demo.yaml``, package data installed with the wheel (or
+Sizes come from ``neuralgraph/configs/examples/inr_editing/demo.yaml`` (the shipped config
+``examples/inr_editing/demo``), package data installed with the wheel (or
 ``--config``, a file or a shipped config's name, whose ``reference_hidden_dim`` sets the k=1 width
 and the budget of every k); numbers are whatever the run gives. Everything the demo writes lies
 under ``--out``: the INRs in ``OUT/inrs`` (the config's ``data.root`` is replaced), each run's
@@ -23,7 +24,9 @@ from pathlib import Path
 
 from neuralgraph.commands import output_folder, positive_int
 
-DEFAULT_CONFIG = Path(str(files("neuralgraph") / "configs" / "demo.yaml"))
+#: The shipped config the demo runs by default, by name and as a file.
+DEFAULT_CONFIG_NAME = "examples/inr_editing/demo"
+DEFAULT_CONFIG = Path(str(files("neuralgraph") / "configs" / f"{DEFAULT_CONFIG_NAME}.yaml"))
 
 
 def config_file(text: str) -> Path:
@@ -52,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: the ``neuralgraph demo`` parser.
     """
-    parser.add_argument("--config", type=config_file, default="demo",
+    parser.add_argument("--config", type=config_file, default=DEFAULT_CONFIG_NAME,
                         help="LightningCLI config of the runs (a file or a shipped config's name); its "
                              "reference_hidden_dim is the k=1 width and budget")
     parser.add_argument("--k", type=positive_int, nargs="+", default=[1, 4], help="numbers of output networks to compare")

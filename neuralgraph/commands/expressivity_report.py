@@ -48,6 +48,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from neuralgraph.commands import positive_int
 from neuralgraph.graph import Layout, mlp_to_graph
 from neuralgraph.nn import METANETS, WeightDecoder, build_metanet, metanet_class
+from neuralgraph.nn.ng_gnn import layout_degree_histogram
 from neuralgraph.progress import Progress
 from neuralgraph.theory.equivariant_space import (
     GROUPS,
@@ -97,8 +98,8 @@ def layout_options(name: str, layout: Layout) -> dict:
     options = {"max_layers": len(layout) - 1}
     if "num_weight_layers" in accepted:  # per-layer parameters sized for this depth
         options["num_weight_layers"] = len(layout) - 1
-    if "degree_layout" in accepted:
-        options["degree_layout"] = layout
+    if "degree_histogram" in accepted:  # PNA's scalers normalised on graphs of this layout
+        options["degree_histogram"] = layout_degree_histogram(layout).tolist()
     if "max_inputs" in accepted and cls.symmetry == "hidden":  # NP models do not tell inputs/outputs apart
         options.update(max_inputs=layout[0], max_outputs=layout[-1])
     return options

@@ -47,11 +47,11 @@ from neuralgraph.data.shards import (
     read_shard,
     shard_name,
 )
-from neuralgraph.data.formats import cnn_wild_park
+from neuralgraph.data.formats import imported_format
 from neuralgraph.data.mnist import PathLike, load_digits
 from neuralgraph.data.zoo_trainer import Adam, Checkpoint, ConvStack, MiniBatches, Rule, SGD, fit, order_networks
 from neuralgraph.graph import Activation, activation_codes, batch_graphs, blocks_to_graph
-from neuralgraph.nn.context import GraphFacts, WeightBlocks, graph_facts
+from neuralgraph.graph.blocks import GraphFacts, WeightBlocks, graph_facts
 from neuralgraph.progress import Progress
 
 ZOO_FOLDER = FolderFormat("neuralgraph-cnn-zoo/1", "make-cnn-zoo")
@@ -66,6 +66,7 @@ CHOICES = {"activation": ACTIVATIONS, "init": INITS, "optimizer": OPTIMIZERS}
 NUM_CLASSES = 10
 SGD_MOMENTUM = 0.9
 KERNEL, STRIDE = 3, 2
+#: The layers, in order; a shard stores each as ``<layer>.weight`` and ``<layer>.bias``.
 LAYERS = ("conv1", "conv2", "conv3", "linear")
 
 
@@ -296,7 +297,7 @@ def train_networks(networks: Sequence[int], settings: ZooSettings, train, test, 
         dtype: their parameters' dtype (float32 in a zoo; float64 to measure rounding).
 
     Returns:
-        The tensors by name: parameters, metrics, ``epoch`` and ``network`` of every checkpoint
+        The tensors by name, parameters, metrics, ``epoch`` and ``network`` of every checkpoint
         (checkpoint by checkpoint, networks in the order given), and the hyperparameters.
     """
     device = torch.device("cpu") if device is None else torch.device(device)
@@ -453,7 +454,8 @@ class ZooBatch(NamedTuple):
     """A mini-batch of zoo entries: their parameter graphs, their weights and what the task predicts.
 
     ``blocks`` holds the weights the graph was built from (:meth:`CnnZooDataset.batch`), as
-    ``InrBatch.blocks`` does; ``None`` in a batch built by hand. ``facts``: as ``InrBatch.facts``.
+    ``InrBatch.blocks`` does; ``None`` in a batch built by hand. ``facts``: as ``InrBatch.facts``. A
+    :class:`~neuralgraph.graph.blocks.MetanetBatch`, as ``InrBatch`` is.
 
     Attributes:
         graph: parameter graphs, of one layout (or one per network, in a folder of mixed layouts).
@@ -535,6 +537,8 @@ class CnnZooDataset(Dataset):
         manifest = read_manifest(self.root, ZOO_FOLDER)
         manifest_path = self.root / MANIFEST
         self.mixed_layouts = bool(manifest.get("mixed_layouts"))
+        # the format a folder of mixed layouts was imported from reads its shards (check_shard, networks)
+        self.source_format = imported_format(manifest, manifest_path) if self.mixed_layouts else None
         if split not in SPLITS:
             raise ValueError(f"split {split!r}: expected one of {SPLITS}")
         if "imported" in manifest:
@@ -545,7 +549,7 @@ class CnnZooDataset(Dataset):
         self.tensors = tensors
         self.accuracy = self.tensors["test_accuracy"]
         if self.mixed_layouts:
-            self.networks = cnn_wild_park.WildParkNetworks(tensors)
+            self.networks = self.source_format.networks(tensors)
             return
         self.weights = [self.tensors[f"{name}.weight"] for name in LAYERS]
         self.biases = [self.tensors[f"{name}.bias"] for name in LAYERS]
@@ -576,7 +580,7 @@ class CnnZooDataset(Dataset):
         path = self.root / record["file"]
         tensors = read_shard(path, record, "make-cnn-zoo")
         if self.mixed_layouts:
-            cnn_wild_park.check_shard(tensors, path)
+            self.source_format.check_shard(tensors, path)
             return tensors
         for key in (f"{name}.{kind}" for name in LAYERS for kind in ("weight", "bias")):
             if key not in tensors:

@@ -1,6 +1,7 @@
 """``neuralgraph import-dataset``: a released dataset into the package's own verified shard folder.
 
-An INR source becomes a folder that :class:`~neuralgraph.data.inr_dataset.InrDataset` reads (the
+The importer is chosen by the format's kind alone (:mod:`neuralgraph.data.formats.protocol`): an
+INR source becomes a folder that :class:`~neuralgraph.data.inr_dataset.InrDataset` reads (the
 ``make-inrs`` format, with the source's SIREN convention and splits in the manifest); a CNN zoo
 becomes one that :class:`~neuralgraph.data.cnn_zoo.CnnZooDataset` reads. The import writes shards
 as the generators do (:mod:`neuralgraph.data.shards`): resumable after a kill, byte-identical on
@@ -26,7 +27,7 @@ import torch
 from safetensors.torch import save as safetensors_bytes
 
 from neuralgraph.data import cnn_zoo, generate
-from neuralgraph.data.formats import FORMATS, InrEntry, cnn_wild_park, small_cnn_zoo
+from neuralgraph.data.formats import FORMATS, InrEntry
 from neuralgraph.data.formats.source import SourceError
 from neuralgraph.data.mnist import MNIST_SPLITS, MnistFileError, load_digits, locate
 from neuralgraph.data.shards import MANIFEST, DatasetError, FolderWriter, Worker, shard_name
@@ -163,7 +164,7 @@ def import_inrs(fmt: str, src: Path, out: Path, limit: Optional[int], options: d
     convention = SirenConvention.from_dict({"layout": list(layout), **reader.CONVENTION})
     settings = {"convention": convention.to_dict(), "shard_size": shard_size,
                 "imported": {"source_format": fmt, "source": str(src.resolve()), "limit": limit, "images": images,
-                             "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in options.items()}}}
+                             "options": recorded_options(options)}}
     writer = FolderWriter(out, generate.INR_FOLDER, settings, distributed, merge, splits={})
     digits = None if images == "none" else DigitLookup(images)
     todo = []
@@ -188,12 +189,15 @@ def import_inrs(fmt: str, src: Path, out: Path, limit: Optional[int], options: d
     return writer.manifest
 
 
-def import_zoo(src: Path, out: Path, limit: Optional[int], options: dict, shard_size: int, progress: bool,
+def import_zoo(fmt: str, src: Path, out: Path, limit: Optional[int], options: dict, shard_size: int, progress: bool,
                distributed: Optional[Worker] = None, merge: bool = False) -> dict:
-    """Imports the Small CNN Zoo into a :class:`~neuralgraph.data.cnn_zoo.CnnZooDataset` folder, with
-    each network's metrics, epoch and activation.
+    """Imports a CNN zoo (a format of kind ``cnn-zoo`` or ``mixed-cnn-zoo``) into a
+    :class:`~neuralgraph.data.cnn_zoo.CnnZooDataset` folder: the format's ``folder_settings`` describe
+    its networks in the manifest, and its ``read`` assembles each shard (reading only that shard's
+    networks from the source).
 
     Args:
+        fmt: the format, a key of :data:`~neuralgraph.data.formats.FORMATS`.
         src: the source folder.
         out: the dataset folder to write.
         limit: keep the first ``limit`` entries of each split, or None for all.
@@ -207,76 +211,15 @@ def import_zoo(src: Path, out: Path, limit: Optional[int], options: dict, shard_
         The folder's manifest.
 
     Raises:
-        ~neuralgraph.data.formats.source.SourceError: the source's layers or activations are not the Small CNN Zoo's.
+        ~neuralgraph.data.formats.source.SourceError: the source is not of the format, or its networks
+            are not what a folder of its kind holds.
     """
-    source = small_cnn_zoo.scan(src, **options)
-    if len(source.layers) != len(cnn_zoo.LAYERS) or any(len(l.kernel[1]) != 4 for l in source.layers[:-1]):
-        raise SourceError(f"{src / 'layout.csv'}: {len(source.layers)} layers; the Small CNN Zoo has three 3x3 "
-                          f"convolutions and a dense layer ({', '.join(cnn_zoo.LAYERS)})")
-    activations = source.metrics["config.activation"]
-    unknown = sorted(set(activations.tolist()) - set(cnn_zoo.ACTIVATIONS))
-    if unknown:
-        raise SourceError(f"{src / 'metrics.csv.gz'}: config.activation {unknown[0]!r} is none of {cnn_zoo.ACTIVATIONS}")
-    modeldirs = {name: k for k, name in enumerate(sorted(set(source.metrics["modeldir"].tolist())))}
-    layout = source.layout
-    settings = {"channels": layout[1], "layout": list(layout), "shard_size": shard_size,
-                "choices": {"activation": list(cnn_zoo.ACTIVATIONS)},
-                "architecture": {**small_cnn_zoo.ARCHITECTURE, "layers": [l.name for l in source.layers]},
-                "imported": {"source_format": "small-cnn-zoo", "source": str(src.resolve()), "limit": limit,
-                             "options": {k: (str(v) if isinstance(v, Path) else (list(v) if isinstance(v, tuple) else v))
-                                         for k, v in options.items()}}}
-    writer = FolderWriter(out, cnn_zoo.ZOO_FOLDER, settings, distributed, merge, splits={})
-    rows = {split: r[:limit] for split, r in source.splits.items()}
-    todo = []
-    for split, split_rows in rows.items():
-        todo += [(split, path, split_rows[start:start + shard_size])
-                 for path, start in _shard_plan(writer, split, len(split_rows), shard_size)]
-    writer.start()
-    total = sum(len(r) for r in rows.values())
-    with Progress(total=total, initial=total - sum(len(t[2]) for t in todo), unit="CNN", desc="import small-cnn-zoo",
-              disable=not progress, dynamic_ncols=True) as bar:
-        for split, path, shard_rows in todo:
-            weights, biases = small_cnn_zoo.read_rows(source, shard_rows)
-            tensors = {}
-            for name, w, b in zip(cnn_zoo.LAYERS, weights, biases):
-                tensors[f"{name}.weight"], tensors[f"{name}.bias"] = w, b
-            metrics = source.metrics
-            tensors.update({column: torch.from_numpy(metrics[column][shard_rows].astype(np.float32))
-                            for column in small_cnn_zoo.METRICS})
-            tensors["epoch"] = torch.from_numpy(metrics["step"][shard_rows].astype(np.int64))
-            tensors["network"] = torch.tensor([modeldirs[m] for m in metrics["modeldir"][shard_rows]], dtype=torch.int64)
-            tensors["row"] = torch.from_numpy(shard_rows.astype(np.int64))
-            tensors["activation"] = torch.tensor([cnn_zoo.ACTIVATIONS.index(a) for a in activations[shard_rows]],
-                                                 dtype=torch.int64)
-            writer.commit(path, safetensors_bytes({k: v.contiguous() for k, v in tensors.items()}))
-            bar.update(len(shard_rows))
-    return writer.manifest
-
-
-def import_wild_park(src: Path, out: Path, limit: Optional[int], options: dict, shard_size: int, progress: bool,
-                     distributed: Optional[Worker] = None, merge: bool = False) -> dict:
-    """The CNN Wild Park's split file order, each checkpoint read and checked as its shard is
-    assembled (:func:`~neuralgraph.data.formats.cnn_wild_park.shard_tensors`).
-
-    Args:
-        src: the source folder.
-        out: the dataset folder to write, of mixed layouts.
-        limit: keep the first ``limit`` entries of each split, or None for all.
-        options: the format's own options for its ``scan``.
-        shard_size: entries per safetensors shard.
-        progress: show a progress bar.
-        distributed: this process's share when it is one worker of many, or None.
-        merge: merge the workers' records into the manifest instead of writing shards.
-
-    Returns:
-        The folder's manifest.
-    """
-    splits = {split: entries[:limit] for split, entries in cnn_wild_park.scan(src, **options).items()}
-    settings = {"shard_size": shard_size, "mixed_layouts": True, "edge_features": cnn_wild_park.EDGE_FEATURES,
-                "choices": {"activation": list(cnn_wild_park.ACTIVATIONS)},
-                "architecture": cnn_wild_park.ARCHITECTURE,
-                "imported": {"source_format": "cnn-wild-park", "source": str(src.resolve()), "limit": limit,
-                             "options": {k: str(v) for k, v in options.items()}}}
+    reader = FORMATS[fmt]
+    source = reader.scan(src, **options)
+    splits = {split: entries[:limit] for split, entries in source.splits.items()}
+    settings = {**reader.folder_settings(source), "shard_size": shard_size,
+                "imported": {"source_format": fmt, "source": str(src.resolve()), "limit": limit,
+                             "options": recorded_options(options)}}
     writer = FolderWriter(out, cnn_zoo.ZOO_FOLDER, settings, distributed, merge, splits={})
     todo = []
     for split, entries in splits.items():
@@ -284,64 +227,84 @@ def import_wild_park(src: Path, out: Path, limit: Optional[int], options: dict, 
                  for path, start in _shard_plan(writer, split, len(entries), shard_size)]
     writer.start()
     total = sum(len(e) for e in splits.values())
-    with Progress(total=total, initial=total - sum(len(t[1]) for t in todo), unit="CNN", desc="import cnn-wild-park",
-              disable=not progress, dynamic_ncols=True) as bar:
+    with Progress(total=total, initial=total - sum(len(t[1]) for t in todo), unit="CNN", desc=f"import {fmt}",
+                  disable=not progress, dynamic_ncols=True) as bar:
         for path, entries in todo:
-            writer.commit(path, safetensors_bytes(cnn_wild_park.shard_tensors(entries, bar.update)))
+            writer.commit(path, safetensors_bytes(reader.read(source, entries, bar.update)))
     return writer.manifest
 
 
-def import_dataset(fmt: str, src, out, limit: Optional[int] = None, splits_file=None, images: Optional[str] = None,
+def recorded_options(options: dict) -> dict:
+    """The options of an import as its manifest records them (JSON: paths as text, tuples as lists).
+
+    Args:
+        options: the options the import was given.
+
+    Returns:
+        The options, JSON-ready.
+    """
+    return {key: str(value) if isinstance(value, Path) else list(value) if isinstance(value, tuple) else value
+            for key, value in options.items()}
+
+
+def import_dataset(fmt: str, src, out, limit: Optional[int] = None, images: Optional[str] = None,
                    shard_size: int = 1000, progress: bool = True, distributed: Optional[Worker] = None,
                    merge: bool = False, **options) -> dict:
     """Import ``src`` (a folder of format ``fmt``, :data:`~neuralgraph.data.formats.FORMATS`) into ``out``.
 
-    A first run that fails removes what it wrote, so that a retry with other options starts afresh;
-    a killed run leaves its shards for the same command to resume.
+    The importer is chosen by the format's ``KIND`` (an INR set, or a CNN zoo of one layout or of
+    mixed layouts). The options are the format's ``OPTIONS``; those given (and not None, which
+    means the option's default) are passed to its ``scan`` and recorded in the manifest. A first
+    run that fails removes what it wrote, so that a retry with other options starts afresh; a
+    killed run leaves its shards for the same command to resume.
 
     Args:
         fmt: the source's format, a key of :data:`~neuralgraph.data.formats.FORMATS`.
         src: the source folder, as its authors released it.
         out: the dataset folder to write.
         limit: keep the first ``limit`` entries of each split, or None for all.
-        splits_file: the format's split file, or None for its default (``cnn_park_splits.json`` in
-            ``src`` for ``cnn-wild-park``).
         images: INR formats: the MNIST digits to attach (:func:`image_source`), or None to choose.
         shard_size: entries per safetensors shard.
         progress: show a progress bar.
         distributed: this process's share when it is one worker of many, or None
             (:class:`~neuralgraph.data.shards.FolderWriter`).
         merge: merge the workers' records into the manifest instead of writing shards.
-        **options: the format's own (``prefix``, ``augmented``, ``split_points``; ``steps``,
-            ``activations``, ``order_header``; ``cnn-wild-park`` has none).
+        **options: the format's own, by the names of its ``OPTIONS`` (``splits_file`` for three of
+            the four; ``nfn-sirens``: ``prefix``, ``augmented``, ``split_points``; ``small-cnn-zoo``:
+            ``steps``, ``activations``, ``order_header``).
 
     Returns:
         The folder's manifest.
 
     Raises:
-        ValueError: an unknown format, a ``limit`` below 1, or ``out`` is a file.
+        ValueError: an unknown format or option, ``images`` for a CNN zoo, a ``limit`` below 1, or
+            ``out`` is a file.
         ~neuralgraph.data.formats.source.SourceError: ``src`` is not a folder, or a source file is bad.
     """
     if fmt not in FORMATS:
         raise ValueError(f"format {fmt!r}: expected one of {sorted(FORMATS)}")
+    kind = FORMATS[fmt].KIND
+    declared = [option.name for option in FORMATS[fmt].OPTIONS]
+    for name in options:
+        if name not in declared:
+            raise ValueError(f"option {name!r}: not an option of {fmt} (its options: {', '.join(declared) or 'none'})")
+    options = {name: value for name, value in options.items() if value is not None}
+    if images is not None and kind != "inr":
+        raise ValueError(f"images {images!r}: {fmt} is a {kind} format; only INR formats attach MNIST images")
     if limit is not None and limit < 1:
         raise ValueError(f"--limit {limit}: must be at least 1")
     src, out = Path(src), Path(out)
     if not src.is_dir():
         raise SourceError(f"{src}: not a folder")
-    if splits_file is not None:
-        options["splits_file"] = Path(splits_file)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out}: a file, not a folder")
     first_run = distributed is None and not merge and not (out / MANIFEST).exists()
     existed, before = out.exists(), set(out.iterdir()) if out.exists() else set()
     try:
-        if FORMATS[fmt].KIND == "mixed-cnn-zoo":
-            return import_wild_park(src, out, limit, options, shard_size, progress, distributed, merge)
-        if FORMATS[fmt].KIND == "cnn-zoo":
-            return import_zoo(src, out, limit, options, shard_size, progress, distributed, merge)
-        return import_inrs(fmt, src, out, limit, options, image_source(images), shard_size, progress, distributed,
-                           merge)
+        if kind == "inr":
+            return import_inrs(fmt, src, out, limit, options, image_source(images), shard_size, progress,
+                               distributed, merge)
+        return import_zoo(fmt, src, out, limit, options, shard_size, progress, distributed, merge)
     except Exception:
         # a first run that fails leaves the folder as it found it, so that a retry with other
         # options (say --images none after a PSNR failure) starts afresh; a kill leaves its shards

@@ -12,8 +12,8 @@ from torch_geometric.data import Batch
 from neuralgraph.data.generate import INR_FOLDER
 from neuralgraph.data.shards import MANIFEST, DatasetError, check_settings, read_manifest, read_shard
 from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutations
+from neuralgraph.graph.blocks import GraphFacts, WeightBlocks, graph_facts
 from neuralgraph.inr import SirenConvention
-from neuralgraph.nn.context import GraphFacts, WeightBlocks, graph_facts
 
 
 class InrBatch(NamedTuple):
@@ -24,8 +24,10 @@ class InrBatch(NamedTuple):
     ``blocks`` holds the weights the graph was built from (:meth:`InrDataset.batch`), so the
     metanet, its heads and the targets read them without decoding the graph; a batch built
     by hand may leave it out (``None``), and they then decode the graph. ``facts`` are what the
-    graph's index fields hold (:class:`~neuralgraph.nn.context.GraphFacts`), read on the CPU where
+    graph's index fields hold (:class:`~neuralgraph.graph.blocks.GraphFacts`), read on the CPU where
     the batch is built, so that a step on the accelerator reads nothing back; ``None``: read then.
+    With ``index`` and ``size`` these are the fields of :class:`~neuralgraph.graph.blocks.MetanetBatch`,
+    which every task reads.
 
     Attributes:
         graph: parameter graphs of the ``B`` INRs, of one layout.

@@ -48,6 +48,7 @@ from tqdm import tqdm
 
 from neuralgraph.data.cnn_zoo import network_seed
 from neuralgraph.data.mnist import PathLike, load_digits
+from neuralgraph.data.zoo_report import accuracy_summary, read_metrics
 from neuralgraph.data.zoo_trainer import Adam, Checkpoint, ConvStack, MiniBatches, RMSprop, SGD, fit, order_networks
 from neuralgraph.progress import Progress
 from neuralgraph.data.shards import (
@@ -464,6 +465,9 @@ def make_small_cnn_zoo(out: PathLike, settings: PresetSettings = PresetSettings(
         data = assemble(settings, parts)
         for name in missing:
             commit_shard(out, manifest, manifest["files"], out / name, data[name])
+    if "accuracy" not in manifest:  # how well the zoo trained: per checkpoint epoch, `neuralgraph zoo-report`
+        manifest["accuracy"] = accuracy_summary(*read_metrics(out))
+        write_manifest(out, manifest)
     return manifest
 
 

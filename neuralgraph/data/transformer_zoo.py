@@ -76,7 +76,7 @@ from neuralgraph.data.shards import (
     read_shard,
 )
 from neuralgraph.graph import Activation, ModuleConverter, ParameterGraph, batch_graphs
-from neuralgraph.nn.context import graph_facts
+from neuralgraph.graph.blocks import graph_facts
 
 ZOO_FOLDER = FolderFormat("neuralgraph-transformer-zoo/1", "make-transformer-zoo")
 #: The blocks' activations by name, with their modules.
@@ -269,7 +269,8 @@ def optimizer_rule(hyper: dict) -> Rule:
         Adam, AdamW (``Adam(decoupled=True)``) or SGD with momentum :data:`SGD_MOMENTUM`, with
         ``torch.optim``'s defaults, as a :mod:`~neuralgraph.data.zoo_trainer` rule.
     """
-    return {"adam": Adam(), "adamw": Adam(decoupled=True), "sgd": SGD(momentum=SGD_MOMENTUM)}[OPTIMIZERS[hyper["optimizer"]]]
+    rules = {"adam": Adam(), "adamw": Adam(decoupled=True), "sgd": SGD(momentum=SGD_MOMENTUM)}
+    return rules[OPTIMIZERS[hyper["optimizer"]]]
 
 
 def stack_networks(networks: Sequence[int], settings: TransformerZooSettings, images: int,
@@ -328,7 +329,7 @@ def train_networks(networks: Sequence[int], settings: TransformerZooSettings, tr
         dtype: their parameters' dtype (float32 in a zoo; float64 to measure rounding).
 
     Returns:
-        The tensors by name: every key of :func:`stored_shapes` (each network's tensors in the
+        The tensors by name, every key of :func:`stored_shapes` (each network's tensors in the
         leading corner), the metrics, ``epoch`` and ``network`` of every checkpoint (checkpoint by
         checkpoint, networks in the order given), and the hyperparameters.
     """

@@ -16,33 +16,39 @@ what to store) and hand the networks to :func:`fit`, which trains a *stack* of t
   subset, in an order from its own seed (:class:`MiniBatches`); a network with a smaller subset
   takes fewer steps per epoch (the networks of a stack are ordered so that those still stepping
   are leading rows of every run).
-* **Own dropout masks.** Each network's masks come from its own stream of random 16-bit integers
-  (:class:`RandomBits`): a unit is kept when its integer is below the network's threshold.
+* **Own dropout masks.** Each network's masks come from its own counter-based stream of random
+  16-bit integers (:class:`RandomBits`): a unit is kept when its integer is below the network's
+  threshold. The stream is the same from torch operations on any device and from the compiled
+  kernels.
 * **CNN** (:class:`ConvStack`): forward and backward written out per network in image tiles
-  that stay in the processor's cache: each convolution is its 3x3 stride-2 patches copied from a
-  strided view (channels last) and one matrix product, biases as a column of ones, the backward
-  the transposed products and the patches added back; no autograd.
+  that stay in the processor's caches: each convolution its 3x3 stride-2 patches (channels last)
+  and one matrix product, the backward the transposed products and the patches' gradients added
+  back; no autograd. On CPU the elementwise steps run as compiled kernels
+  (``neuralgraph/_kernels/zoo_conv.cpp``: the first convolution, activation, mask and patches in
+  one pass; the patch gradients, activation derivative and first-layer weight gradient in
+  another), else as torch operations.
 * **ViT** (:class:`VitStack`): the networks of one architecture as one batched matrix product
   per layer (``bmm`` over networks), differentiated by autograd.
 
 So a network's training does not depend on which networks share its shard (tested: one network
 trained alone and within a shard of 64 ends with the same weights, to float rounding). The
-device is that of the tensors: on CPU the tiles are cache-sized, elsewhere a whole batch; no step
-reads a value back to the host (a network whose parameters turned non-finite is found once per
-epoch). Float32 is the default and a rerun is bitwise identical; float64 runs the same code
-(the tests compare against ``nn.Module`` + ``torch.optim`` that way).
+device is that of the tensors: on CPU the tiles are cache-sized and each operation runs on one
+thread (:func:`fit` trains ``torch.get_num_threads()`` networks side by side), elsewhere a tile
+is a whole batch; no step reads a value back to the host (a network whose parameters turned
+non-finite is found once per epoch). Float32 is the default and a rerun is bitwise identical;
+float64 runs the same code (the tests compare against ``nn.Module`` + ``torch.optim`` that way).
 """
 from __future__ import annotations
 
 import ctypes
 import math
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional, Sequence, Union
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -53,7 +59,13 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class Adam:
-    """``torch.optim.Adam`` (``decoupled``: ``torch.optim.AdamW``); weight decay per network."""
+    """``torch.optim.Adam`` (``decoupled``: ``torch.optim.AdamW``); weight decay per network.
+
+    Args:
+        betas: the moments' decay rates.
+        eps: added to the second moment's root.
+        decoupled: weight decay shrinks the parameters (AdamW) instead of adding to the gradient.
+    """
 
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
@@ -62,7 +74,12 @@ class Adam:
 
 @dataclass(frozen=True)
 class RMSprop:
-    """``torch.optim.RMSprop`` without momentum, not centered."""
+    """``torch.optim.RMSprop`` without momentum, not centered.
+
+    Args:
+        alpha: the squared gradients' decay rate.
+        eps: added to their mean's root.
+    """
 
     alpha: float = 0.99
     eps: float = 1e-8
@@ -70,7 +87,11 @@ class RMSprop:
 
 @dataclass(frozen=True)
 class SGD:
-    """``torch.optim.SGD`` (no dampening, not Nesterov)."""
+    """``torch.optim.SGD`` (no dampening, not Nesterov).
+
+    Args:
+        momentum: the momentum factor (0: none).
+    """
 
     momentum: float = 0.0
 
@@ -80,7 +101,17 @@ Rule = Union[Adam, RMSprop, SGD]
 
 def torch_optimizer(rule: Rule, params, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
     """The ``torch.optim`` optimizer of one network trained alone under ``rule`` (what
-    :class:`StackedOptimizer` computes row by row)."""
+    :class:`StackedOptimizer` computes row by row).
+
+    Args:
+        rule: :class:`Adam`, :class:`RMSprop` or :class:`SGD`.
+        params: the parameters or parameter groups.
+        lr: the learning rate.
+        weight_decay: the weight decay (a group's own overrides it).
+
+    Returns:
+        The optimizer.
+    """
     if isinstance(rule, Adam):
         kind = torch.optim.AdamW if rule.decoupled else torch.optim.Adam
         return kind(params, lr=lr, betas=rule.betas, eps=rule.eps, weight_decay=weight_decay)
@@ -89,7 +120,7 @@ def torch_optimizer(rule: Rule, params, lr: float, weight_decay: float = 0.0) ->
     return torch.optim.SGD(params, lr=lr, momentum=rule.momentum, weight_decay=weight_decay)
 
 
-def runs(keys: Sequence) -> list[tuple[int, int]]:
+def _runs(keys: Sequence) -> list[tuple[int, int]]:
     """``(start, end)`` of each run of equal consecutive ``keys``."""
     out, start = [], 0
     for i in range(1, len(keys) + 1):
@@ -119,6 +150,14 @@ class StackedOptimizer:
     rule are one run, stepped by a few operations on their rows; per-network learning rates, decays
     and Adam's step counts (for its bias correction) are tensors. Only the rows :meth:`step` names
     move (parameters and state).
+
+    Args:
+        params: ``[n, P]``, one network per row, stepped in place.
+        rules: each network's rule.
+        lr: each network's learning rate.
+        weight_decay: each network's weight decay.
+        decay: ``[P]``, 1 where weight decay applies (default: everywhere).
+        groups: each network's group (its architecture): runs of one group and rule step together.
     """
 
     def __init__(self, params: Tensor, rules: Sequence[Rule], lr: Sequence[float], weight_decay: Sequence[float],
@@ -146,7 +185,8 @@ class StackedOptimizer:
         second = any(isinstance(r, (Adam, RMSprop)) for r in rules)
         self.exp_avg = torch.zeros_like(params) if first else None  # Adam's first moment, SGD's momentum buffer
         self.exp_avg_sq = torch.zeros_like(params) if second else None
-        self.blocks = runs(self.rules if groups is None else list(zip(groups, map(repr, self.rules))))
+        self._rows: dict[tuple, Tensor] = {}
+        self.blocks = _runs(self.rules if groups is None else list(zip(groups, map(repr, self.rules))))
 
     @torch.no_grad()
     def step(self, grad: Tensor, rows: Optional[Sequence[int]] = None) -> None:
@@ -160,7 +200,10 @@ class StackedOptimizer:
                 self._update(self.rules[start], index, grad[index], any(self.uses_coupled[index]),
                              any(self.uses_shrink[index]))
                 continue
-            idx = torch.tensor(index, device=grad.device)
+            key = tuple(index)
+            if key not in self._rows:  # made once per pattern: no copy to the device per step
+                self._rows[key] = torch.tensor(index, device=grad.device)
+            idx = self._rows[key]
             picked = [self.uses_coupled[i] for i in index], [self.uses_shrink[i] for i in index]
             views = {name: getattr(self, name) for name in ("params", "exp_avg", "exp_avg_sq")}
             copies = {name: None if t is None else t[idx] for name, t in views.items()}
@@ -172,8 +215,8 @@ class StackedOptimizer:
     def _update(self, rule: Rule, index, grad: Tensor, coupled: bool, shrink: bool,
                 copies: Optional[dict] = None) -> None:
         param = self.params[index] if copies is None else copies["params"]
-        m = (self.exp_avg[index] if copies is None else copies["exp_avg"]) if self.exp_avg is not None else None
-        v = (self.exp_avg_sq[index] if copies is None else copies["exp_avg_sq"]) if self.exp_avg_sq is not None else None
+        state = {name: getattr(self, name) for name in ("exp_avg", "exp_avg_sq")}
+        m, v = ((None if t is None else t[index] if copies is None else copies[name]) for name, t in state.items())
         if coupled:
             grad = torch.addcmul(grad, param, self.coupled[index])
         neg_lr = self.neg_lr[index]
@@ -287,7 +330,14 @@ class RandomBits:
 def keep_threshold(rate: float) -> Optional[int]:
     """Dropout of ``rate`` on 16-bit integers: a unit is kept when its integer (in [-32768, 32767])
     is below the threshold, so with probability ``(threshold + 32768) / 65536``, the nearest to
-    ``1 - rate``; ``None`` when that is 1 (nothing dropped)."""
+    ``1 - rate``.
+
+    Args:
+        rate: the dropout rate, in [0, 1).
+
+    Returns:
+        The threshold, or ``None`` when the probability is 1 (nothing dropped).
+    """
     if not 0 <= rate < 1:
         raise ValueError(f"dropout rate {rate}: expected 0 <= rate < 1")
     threshold = round((1 - rate) * 65536) - 32768
@@ -295,16 +345,31 @@ def keep_threshold(rate: float) -> Optional[int]:
 
 
 def keep_mask(bits: Tensor, threshold: Optional[int], dtype: torch.dtype = torch.float32) -> Tensor:
-    """The 0/1 keep mask of ``bits`` under ``threshold`` (:func:`keep_threshold`)."""
+    """The keep mask of ``bits`` under ``threshold``.
+
+    Args:
+        bits: int16 tensor (:class:`RandomBits`).
+        threshold: :func:`keep_threshold`'s.
+        dtype: the mask's dtype.
+
+    Returns:
+        1 where kept, 0 where dropped, shaped as ``bits``.
+    """
     if threshold is None:
         return torch.ones(bits.shape, dtype=dtype, device=bits.device)
     return torch.lt(bits, threshold, out=torch.empty(bits.shape, dtype=dtype, device=bits.device))
 
 
 class MiniBatches:
-    """Each network's mini-batches: its own ``subset`` of the training images, shuffled every
-    epoch by its own ``torch.Generator`` (seeded by its ``seed``), cut into batches of
-    ``batch_size``; ``drop_last`` drops an incomplete last batch (else it is a smaller batch)."""
+    """Each network's mini-batches: its own subset of the training images, shuffled every epoch by
+    its own ``torch.Generator``, cut into batches.
+
+    Args:
+        subsets: each network's training images (indices).
+        seeds: each network's seed of its order.
+        batch_size: images per batch.
+        drop_last: drop an incomplete last batch (else it is a smaller batch).
+    """
 
     def __init__(self, subsets: Sequence[Tensor], seeds: Sequence[int], batch_size: int, drop_last: bool):
         self.subsets = [torch.as_tensor(s, dtype=torch.long) for s in subsets]
@@ -363,21 +428,36 @@ def op_threads(count: int):
 # the CNN: three 3x3 stride-2 convolutions, global average pooling, a linear classifier
 
 KERNEL, STRIDE = 3, 2
+#: The activations a network of a :class:`ConvStack` may have.
 CONV_ACTIVATIONS = ("relu", "tanh", "gelu")
 #: Images per tile on CPU, so that one network's tile (about 60 KB an image) stays near the core.
-CPU_TILE = 64
+CPU_TILE = 128  # images per tile on CPU: a network's tile stays in the core's caches (64-256 measured alike)
 
 
 def conv_sizes(image_size: int) -> tuple[int, int, int]:
-    """Side of each convolution's output map (28 -> 13, 6, 2)."""
+    """Side of each convolution's output map (28 -> 13, 6, 2).
+
+    Args:
+        image_size: side of the square input images.
+
+    Returns:
+        The three sides.
+    """
     h1 = (image_size - KERNEL) // STRIDE + 1
     h2 = (h1 - KERNEL) // STRIDE + 1
     return h1, h2, (h2 - KERNEL) // STRIDE + 1
 
 
 def conv1_columns(images: Tensor) -> Tensor:
-    """``[N, h1 * h1 * 10]``: the 3x3 stride-2 patches of ``images`` ``[N, 1, H, W]`` (taps in
-    row-major order) and a 1 for the bias, per output position; the first convolution's input."""
+    """The first convolution's input rows: per output position, the 3x3 stride-2 patch of the
+    image (taps in row-major order) and a 1 for the bias.
+
+    Args:
+        images: ``[N, 1, H, H]``.
+
+    Returns:
+        ``[N, h1 * h1 * 10]``.
+    """
     N, size = images.shape[0], images.shape[-1]
     h = conv_sizes(size)[0]
     x = images.reshape(N, size, size)
@@ -428,7 +508,7 @@ class _ConvWorkspace:
     patches (``j`` > 0) reuses ``cols[j]``'s storage once its weight gradient is taken.
     """
 
-    def __init__(self, T: int, C: int, sizes: tuple[int, int, int], classes: int, device, dtype):
+    def __init__(self, T: int, C: int, sizes: tuple[int, int, int], classes: int, device, dtype, image_size: int):
         e = {"device": device, "dtype": dtype}
         self.T, self.C, self.sizes = T, C, sizes
         areas = [h * h for h in sizes]
@@ -439,6 +519,7 @@ class _ConvWorkspace:
         self.m = [torch.empty(T * a, C, **e) for a in areas]
         self.keep = [torch.empty(T * a * C, dtype=torch.uint8, device=device) for a in areas]
         self.keep_f = torch.empty(T * C, dtype=torch.uint8, device=device)
+        self.images = torch.empty(T, image_size * image_size, **e)
         self.d = [torch.empty(T, h, h, C, **e) for h in sizes]
         self.f = torch.empty(T, C, **e)
         self.mf = torch.empty(T, C, **e)
@@ -472,6 +553,7 @@ class _TilePlan:
         self.m_rows = [m.view(T, -1) for m in self.m]
         self.keep = [ws.keep[j][:T * areas[j] * C] for j in range(3)]
         self.keep_f = ws.keep_f[:T * C]
+        self.images = ws.images[:T]
         self.cols = [self.c0] + [ws.cols[j][:T * areas[j]] for j in (1, 2)]
         # im2col of layer j + 1's input: destination and strided source views (the torch path)
         self.patch_dst = [self.cols[j + 1].view(T, sizes[j + 1], sizes[j + 1], KERNEL, KERNEL * C) for j in (0, 1)]
@@ -510,6 +592,11 @@ class _TilePlan:
         return ops
 
 
+def _gather(source: Tensor, index: Tensor, out: Tensor) -> Tensor:
+    """``out`` = rows ``index`` of ``source`` (aten's own operation: some libraries wrap ``torch.index_select``)."""
+    return torch.ops.aten.index_select.out(source, 0, index, out=out)
+
+
 def _run(ops: list) -> None:
     for op, dst, src in ops:
         if op == "copy":
@@ -541,6 +628,15 @@ class _ConvKernels:
         self._patches_back = getattr(library, f"zoo_patches_back_{suffix}")
         self._patches_back.argtypes = [i, i, i, i, p, p, p, i, p]
         self._patches_back.restype = None
+        self._first_layer_back = getattr(library, f"zoo_first_layer_back_{suffix}")
+        self._first_layer_back.argtypes = [i, i, i, i, i, p, p, p, i, p, p]
+        self._first_layer_back.restype = None
+        self._first_layer = getattr(library, f"zoo_first_layer_{suffix}")
+        self._first_layer.argtypes = [i, i, i, i, p, p, p]
+        self._first_layer.restype = None
+        self._first_layer_grad = getattr(library, f"zoo_first_layer_grad_{suffix}")
+        self._first_layer_grad.argtypes = [i, i, i, i, p, p, p]
+        self._first_layer_grad.restype = None
 
     def mask_patches(self, T: int, H: int, h: int, C: int, out: Tensor, relu: bool, stream: Optional[tuple],
                      threshold: int, keep: Optional[Tensor], cols: Optional[Tensor]) -> None:
@@ -559,6 +655,27 @@ class _ConvKernels:
         activation's derivative (0 relu, 1 tanh, from the output ``out``; 2 none) and ``keep``."""
         self._patches_back(T, H, h, C, dcols.data_ptr(), out.data_ptr(), None if keep is None else keep.data_ptr(),
                            activation, dz.data_ptr())
+
+
+    def first_layer(self, T: int, H: int, C: int, images: Tensor, W: Tensor, z: Tensor) -> None:
+        """``z`` ``[T, H, H, C]`` = the first convolution (3x3, stride 2; ``W`` ``[10, C]``: taps, then
+        the bias) of ``images`` ``[T, S * S]``."""
+        S = math.isqrt(images.shape[1])
+        self._first_layer(T, S, H, C, images.data_ptr(), W.data_ptr(), z.data_ptr())
+
+    def first_layer_back(self, T: int, H: int, h: int, C: int, dcols: Tensor, out: Tensor, keep: Optional[Tensor],
+                         activation: int, images: Tensor, dW: Tensor) -> None:
+        """As :meth:`patches_back` for the first layer, whose gradient at its pre-activation ``g``
+        only makes its weight gradient: ``dW`` ``[10, C]`` += the patches of ``images`` (and a 1)
+        transposed times ``g``, without writing ``g``."""
+        S = math.isqrt(images.shape[1])
+        self._first_layer_back(T, S, H, h, C, dcols.data_ptr(), out.data_ptr(),
+                               None if keep is None else keep.data_ptr(), activation, images.data_ptr(), dW.data_ptr())
+
+    def first_layer_grad(self, T: int, H: int, C: int, g: Tensor, images: Tensor, dW: Tensor) -> None:
+        """``dW`` ``[10, C]`` += the first layer's weight gradient at its pre-activation gradient ``g``."""
+        S = math.isqrt(images.shape[1])
+        self._first_layer_grad(T, S, H, C, g.data_ptr(), images.data_ptr(), dW.data_ptr())
 
 
 _conv_kernels: dict[torch.dtype, Union[_ConvKernels, Exception]] = {}
@@ -581,6 +698,8 @@ def conv_kernels(dtype: torch.dtype) -> Optional[_ConvKernels]:
             _conv_kernels[dtype] = _ConvKernels(dtype)
         except Exception as err:  # no compiler, a failed build or load: the torch operations do the same
             _conv_kernels[dtype] = err
+            warnings.warn(f"the CNN zoo trainer's compiled kernels are unavailable ({err}); the same steps run as "
+                          "torch operations, several times slower", RuntimeWarning, stacklevel=2)
     found = _conv_kernels[dtype]
     return None if isinstance(found, Exception) else found
 
@@ -603,7 +722,19 @@ class ConvStack:
     so that a tile's buffers stay in the core's cache; the whole batch elsewhere): the forward
     keeps each layer's output, channels last, for the backward, which is written out (no
     autograd). Dropout's ``1 / keep`` and the pooling's mean are folded into the next layer's
-    kernel rows, so a mask is a product by 0 or 1.
+    kernel rows, so a mask is a product by 0 or 1. On CPU the elementwise steps around the
+    products run as compiled kernels (:func:`conv_kernels`: the first convolution, activations,
+    masks and patches fused per tile) when a C++ compiler is there, else as torch operations; both
+    draw the same masks and batches, and their arithmetic differs by rounding only.
+
+    Args:
+        weights: the networks' parameters, PyTorch layouts stacked over the networks.
+        activations: each network's activation, one of :data:`CONV_ACTIVATIONS`.
+        dropout: each network's dropout rate.
+        dropout_at: ``"conv"`` (after every convolution's activation) or ``"features"``.
+        bit_seeds: each network's seed of its dropout stream (default: its row).
+        tile: images per tile (default :data:`CPU_TILE` on CPU, a whole batch elsewhere).
+        fused: use the compiled kernels (default: when they build, on CPU); False: torch alone.
     """
 
     def __init__(self, weights: dict[str, Tensor], activations: Sequence[str], dropout: Sequence[float],
@@ -671,7 +802,8 @@ class ConvStack:
         for j, name in enumerate(("conv1", "conv2", "conv3")):
             block = self.layer(params, j)
             c_in = 1 if j == 0 else C
-            out[f"{name}.weight"] = block[:, :-1].reshape(n, KERNEL, KERNEL, c_in, C).permute(0, 4, 3, 1, 2).contiguous()
+            kernel = block[:, :-1].reshape(n, KERNEL, KERNEL, c_in, C)
+            out[f"{name}.weight"] = kernel.permute(0, 4, 3, 1, 2).contiguous()
             out[f"{name}.bias"] = block[:, -1].clone()
         block = self.layer(params, 3)
         out["linear.weight"] = block[:, :-1].transpose(1, 2).contiguous()
@@ -692,15 +824,19 @@ class ConvStack:
 
     # -- data
     def prepare(self, images: Tensor) -> Tensor:
-        """Inputs of :meth:`step` and :meth:`evaluate` for ``images`` ``[N, 1, H, W]``: their first
-        layer's patches (:func:`conv1_columns`), on the stack's device and dtype."""
+        """Inputs of :meth:`step` and :meth:`evaluate` for ``images`` ``[N, 1, H, W]``, on the stack's
+        device and dtype: the images as rows (for the compiled kernels), else their first layer's
+        patches (:func:`conv1_columns`)."""
         self.image_size = images.shape[-1]
-        return conv1_columns(images.to(self.device, self.dtype))
+        images = images.to(self.device, self.dtype)
+        if self.kernels is not None:  # the kernels read the images themselves
+            return images.reshape(len(images), -1).contiguous()
+        return conv1_columns(images)
 
     def _workspace(self, T: int, worker: int) -> _ConvWorkspace:
         if (T, worker) not in self._workspaces:
             self._workspaces[T, worker] = _ConvWorkspace(T, self.C, conv_sizes(self.image_size), self.classes,
-                                                         self.device, self.dtype)
+                                                         self.device, self.dtype, self.image_size)
         return self._workspaces[T, worker]
 
     def _tile_size(self, count: int) -> int:
@@ -766,6 +902,7 @@ class ConvStack:
         sides = conv_sizes(self.image_size)
         kernels = self.kernels
         keep_bytes = kernels is not None and conv_masks and kind != "relu"  # relu's backward reads its output
+        code = ("relu", "tanh", "gelu").index(kind)  # the kernel's activation code (gelu: 2, none)
         for t0 in range(0, b, T_max):
             T = min(T_max, b - t0)
             plan = ws.plan(T, kind)
@@ -774,8 +911,13 @@ class ConvStack:
             elif threshold is not None:  # the kernels compute the stream's words themselves
                 key, word = self.bits.reserve(i, T * layout[-1][1])
                 stream = [(key, word, layout[-1][1] // 4, start // 4) for start, _ in layout[:-1]]
-            torch.index_select(inputs, 0, index[t0:t0 + T], out=plan.c0_rows)
-            z = torch.mm(plan.c0, W[0], out=plan.z[0])
+            if kernels is not None:
+                images = _gather(inputs, index[t0:t0 + T], plan.images)
+                kernels.first_layer(T, sides[0], C, images, W[0], plan.z[0])
+                z = plan.z[0]
+            else:
+                _gather(inputs, index[t0:t0 + T], plan.c0_rows)
+                z = torch.mm(plan.c0, W[0], out=plan.z[0])
             for j in range(3):
                 if j > 0:
                     z = torch.addmm(W[j][-1], plan.cols[j], W[j][:-1], out=plan.z[j])
@@ -816,8 +958,11 @@ class ConvStack:
                 self._add_gradient(G[j], plan.cols[j], dz, plan.bias_grad)
                 dcols = torch.mm(dz, Wt[j], out=plan.dcols[j])  # over the patches, which are used
                 d = plan.d_flat[j - 1]
+                if kernels is not None and j == 1 and kind != "gelu":  # layer 1's gradient goes straight to W[0]
+                    kernels.first_layer_back(T, sides[0], sides[1], C, dcols, plan.out[0],
+                                             plan.keep[0] if keep_bytes else None, code, images, G[0])
+                    break
                 if kernels is not None:
-                    code = {"relu": 0, "tanh": 1, "gelu": 2}[kind]
                     kernels.patches_back(T, sides[j - 1], sides[j], C, dcols, plan.out[j - 1],
                                          plan.keep[j - 1] if keep_bytes else None, code, d)
                     dz = d if kind != "gelu" else torch.ops.aten.gelu_backward.grad_input(d, plan.z[j - 1],
@@ -826,7 +971,11 @@ class ConvStack:
                 _run(plan.add_back[j])
                 dz = _activation_backward(kind, d, plan.out[j - 1], plan.z[j - 1],
                                           plan.m[j - 1] if conv_masks else None, d)
-            G[0].addmm_(plan.c0.T, dz)
+            else:
+                if kernels is not None:
+                    kernels.first_layer_grad(T, sides[0], C, dz, images, G[0])
+                else:
+                    G[0].addmm_(plan.c0.T, dz)
 
     @staticmethod
     def _add_gradient(block: Tensor, x: Tensor, dz: Tensor, bias: Tensor) -> None:
@@ -853,12 +1002,17 @@ class ConvStack:
         for t0 in range(0, N, T_max):
             T = min(T_max, N - t0)
             plan = ws.plan(T, kind)
-            if index is None:
-                x = inputs[t0:t0 + T].view(-1, KERNEL * KERNEL + 1)
+            if self.kernels is not None:
+                images = inputs[t0:t0 + T] if index is None else _gather(inputs, index[t0:t0 + T], plan.images)
+                self.kernels.first_layer(T, sides[0], C, images, W[0], plan.z[0])
+                z = plan.z[0]
             else:
-                torch.index_select(inputs, 0, index[t0:t0 + T], out=plan.c0_rows)
-                x = plan.c0
-            z = torch.mm(x, W[0], out=plan.z[0])
+                if index is None:
+                    x = inputs[t0:t0 + T].view(-1, KERNEL * KERNEL + 1)
+                else:
+                    _gather(inputs, index[t0:t0 + T], plan.c0_rows)
+                    x = plan.c0
+                z = torch.mm(x, W[0], out=plan.z[0])
             for j in range(3):
                 if j > 0:
                     z = torch.addmm(W[j][-1], plan.cols[j], W[j][:-1], out=plan.z[j])
@@ -912,7 +1066,18 @@ class ConvStack:
 
 
 class VitArchitecture(NamedTuple):
-    """A ViT of ``neuralgraph.data.transformer_zoo.ZooViT``'s kind (its constructor's arguments)."""
+    """A ViT of ``neuralgraph.data.transformer_zoo.ZooViT``'s kind (its constructor's arguments).
+
+    Attributes:
+        dim: width of the tokens.
+        depth: transformer blocks.
+        heads: attention heads per block.
+        mlp_dim: hidden width of each block's MLP.
+        patch: side of the square patches.
+        activation: the MLPs' activation (``"gelu"`` or ``"silu"``).
+        classes: outputs.
+        image_size: side of the square input images.
+    """
 
     dim: int
     depth: int
@@ -942,8 +1107,15 @@ class VitArchitecture(NamedTuple):
 
 
 def vit_patches(images: Tensor, patch: int) -> Tensor:
-    """``[N, tokens, patch * patch]``: the non-overlapping patches of ``images`` ``[N, 1, H, W]``
-    (the patch convolution's input), tokens in row-major order."""
+    """The patch convolution's input: the non-overlapping patches of the images, tokens in row-major order.
+
+    Args:
+        images: ``[N, 1, H, H]``.
+        patch: side of the square patches.
+
+    Returns:
+        ``[N, tokens, patch * patch]``.
+    """
     N, size = images.shape[0], images.shape[-1]
     g = size // patch
     x = images.reshape(N, g, patch, g, patch)
@@ -961,7 +1133,8 @@ class _VitGroup:
         for k, size in sizes.items():
             self.offsets[k] = (start, start + size)
             start += size
-        self.params = torch.stack([torch.cat([s[k].reshape(-1) for k in self.shapes]) for s in states]).to(device, dtype)
+        rows = [torch.cat([s[k].reshape(-1) for k in self.shapes]) for s in states]
+        self.params = torch.stack(rows).to(device, dtype)
 
     def tensor(self, flat: Tensor, key: str) -> Tensor:
         a, b = self.offsets[key]
@@ -972,9 +1145,17 @@ class _VitGroup:
 
 
 def vit_forward(group: _VitGroup, flat: Tensor, patches: Tensor) -> Tensor:
-    """Logits ``[k, B, classes]`` of the ``k`` networks whose rows are ``flat`` ``[k, P]`` on their
-    own ``patches`` ``[k, B, tokens, patch * patch]`` (or ``[1, ...]``: the same for all): the
-    arithmetic of ``ZooViT`` in training mode, one ``bmm`` per layer over the networks."""
+    """The logits of ``k`` networks of one architecture, each on its own images: the arithmetic of
+    ``ZooViT`` in training mode, one ``bmm`` per layer over the networks.
+
+    Args:
+        group: the networks' architecture and parameter layout.
+        flat: ``[k, P]`` their parameters (rows of the group's flat tensor).
+        patches: ``[k, B, tokens, patch * patch]`` (or ``[1, ...]``: the same for all).
+
+    Returns:
+        ``[k, B, classes]``.
+    """
     arch, t = group.arch, (lambda key: group.tensor(flat, key))
     k = flat.shape[0]
     if patches.shape[0] != k:
@@ -998,8 +1179,10 @@ def vit_forward(group: _VitGroup, flat: Tensor, patches: Tensor) -> Tensor:
         h = norm(x, f"{pre}.norm1")
         qkv = linear(h, t(f"{pre}.attention.in_proj_weight"), t(f"{pre}.attention.in_proj_bias"))
         q, key, v = (part.reshape(k * B, L, heads, hd).transpose(1, 2) for part in qkv.split(d, dim=2))
-        attention = F.scaled_dot_product_attention(q, key, v)  # [kB, heads, L, hd]
-        attention = attention.transpose(1, 2).reshape(k, B * L, d)
+        # softmax(q k^T / sqrt(hd)) v as plain products: at 16 tokens and heads of 6-12 features
+        # they take half the time of the fused attention kernel, backward included
+        scores = torch.matmul(q * hd ** -0.5, key.transpose(-1, -2))  # [kB, heads, L, L]
+        attention = torch.matmul(torch.softmax(scores, -1), v).transpose(1, 2).reshape(k, B * L, d)
         x = x + linear(attention, t(f"{pre}.attention.out_proj.weight"), t(f"{pre}.attention.out_proj.bias"))
         h = norm(x, f"{pre}.norm2")
         h = act(linear(h, t(f"{pre}.mlp.0.weight"), t(f"{pre}.mlp.0.bias")))
@@ -1016,6 +1199,12 @@ class VitStack:
     :class:`StackedOptimizer`). A step runs each group's stepping networks as one batch of
     products (:func:`vit_forward`; a network with fewer images this step has its batch padded with
     images of weight 0) and autograd; every network's loss is its own mean cross-entropy.
+
+    Args:
+        states: each network's state dict (``ZooViT``'s keys).
+        architectures: each network's architecture.
+        device: where they train (default: their tensors').
+        dtype: their dtype (default: their tensors').
     """
 
     def __init__(self, states: Sequence[dict[str, Tensor]], architectures: Sequence[VitArchitecture],
@@ -1026,7 +1215,7 @@ class VitStack:
         self.n = len(states)
         self.architectures = list(architectures)
         self.groups: list[tuple[int, int, _VitGroup]] = []
-        for start, end in runs(self.architectures):
+        for start, end in _runs(self.architectures):
             self.groups.append((start, end, _VitGroup(self.architectures[start], list(states[start:end]),
                                                       self.device, self.dtype)))
         if len({a for a in self.architectures}) != len(self.groups):
@@ -1037,7 +1226,8 @@ class VitStack:
 
     def optimizer(self, rules: Sequence[Rule], lr: Sequence[float], weight_decay: Sequence[float]) -> None:
         """Attach each group's optimizer (weight decay on every parameter)."""
-        self.optimizers = [StackedOptimizer(g.params, rules[s:e], lr[s:e], weight_decay[s:e]) for s, e, g in self.groups]
+        self.optimizers = [StackedOptimizer(g.params, rules[s:e], lr[s:e], weight_decay[s:e])
+                           for s, e, g in self.groups]
 
     def prepare(self, images: Tensor) -> Tensor:
         """Inputs of :meth:`step` and :meth:`evaluate`: the images' patches on the stack's device and dtype."""
@@ -1060,7 +1250,8 @@ class VitStack:
         by_row = dict(batches)
         work = [(start, end, g, optimizer, [i - start for i in range(start, end) if i in by_row])
                 for (start, end, g), optimizer in zip(self.groups, self.optimizers)]
-        self.workers.run(lambda worker, item: self._step_group(*item, by_row, inputs, labels), [w for w in work if w[-1]])
+        self.workers.run(lambda worker, item: self._step_group(*item, by_row, inputs, labels),
+                         [w for w in work if w[-1]])
 
     def _step_group(self, start: int, end: int, g: _VitGroup, optimizer: StackedOptimizer, rows: list[int],
                     by_row: dict, inputs: Tensor, labels: Tensor) -> None:
@@ -1129,7 +1320,16 @@ class VitStack:
 
 
 class Checkpoint(NamedTuple):
-    """What :func:`fit` hands its ``record`` callback at each checkpoint epoch (rows in stack order)."""
+    """What :func:`fit` hands its ``record`` callback at each checkpoint epoch (rows in stack order).
+
+    Attributes:
+        epoch: the epoch (0: before training).
+        train_accuracy: ``[n]`` float64, each network on its own training images.
+        train_loss: ``[n]`` their mean cross-entropy.
+        test_accuracy: ``[n]`` on the test images.
+        test_loss: ``[n]``.
+        alive: ``[n]`` trained this far with finite parameters (all, unless stopping).
+    """
 
     epoch: int
     train_accuracy: Tensor  # [n] float64, on the network's own training images
@@ -1140,8 +1340,17 @@ class Checkpoint(NamedTuple):
 
 
 def order_networks(groups: Sequence, rules: Sequence[Rule], steps: Sequence[int]) -> list[int]:
-    """A stack's order of networks: by architecture ``groups``, then rule, then most steps per
-    epoch first, so that the networks still stepping lead every run of one group and rule."""
+    """A stack's order of networks: by architecture, then rule, then most steps per epoch first, so
+    that the networks still stepping lead every run of one group and rule.
+
+    Args:
+        groups: each network's architecture (anything with a ``repr``).
+        rules: each network's rule.
+        steps: each network's steps per epoch.
+
+    Returns:
+        The networks' positions in that order.
+    """
     keys = [(repr(g), repr(r), -s, i) for i, (g, r, s) in enumerate(zip(groups, rules, steps))]
     return [k[-1] for k in sorted(keys)]
 
@@ -1159,13 +1368,25 @@ def fit(stack, batches: MiniBatches, train: tuple[Tensor, Tensor], test: tuple[T
 
     On CPU each operation runs on one thread and ``threads`` (default ``torch.get_num_threads()``)
     threads train networks side by side; a network's arithmetic does not depend on the count.
+
+    Args:
+        stack: a :class:`ConvStack` or :class:`VitStack`, its optimizer attached.
+        batches: the networks' mini-batches (stack order).
+        train: the prepared training inputs and their labels.
+        test: the prepared test inputs and their labels.
+        checkpoint_epochs: the epochs to record.
+        record: called with each :class:`Checkpoint`.
+        stop_nonfinite: stop a network whose parameters or losses become non-finite.
+        progress: called with each epoch number after its training.
+        threads: networks trained side by side on CPU.
     """
     device = train[0].device
     if device.type != "cpu":
-        return _fit(stack, batches, train, test, checkpoint_epochs, record, stop_nonfinite, progress)
+        _fit(stack, batches, train, test, checkpoint_epochs, record, stop_nonfinite, progress)
+        return
     stack.workers = _Workers(torch.get_num_threads() if threads is None else threads)
     with op_threads(1):
-        return _fit(stack, batches, train, test, checkpoint_epochs, record, stop_nonfinite, progress)
+        _fit(stack, batches, train, test, checkpoint_epochs, record, stop_nonfinite, progress)
 
 
 def _fit(stack, batches, train, test, checkpoint_epochs, record, stop_nonfinite, progress) -> None:

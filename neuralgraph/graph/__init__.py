@@ -1,5 +1,6 @@
 """Parameter graphs: the one representation every metanetwork in neuralgraph reads."""
 from neuralgraph.graph.batch import batch_graphs
+from neuralgraph.graph.blocks import GraphFacts, MetanetBatch, WeightBlocks, graph_facts
 from neuralgraph.graph.build import blocks_to_graph, mlp_to_graph
 from neuralgraph.graph.convert import (
     ElementConverter,
@@ -45,9 +46,11 @@ __all__ = [
     "ElementConverter",
     "Graph",
     "GraphConversionError",
+    "GraphFacts",
     "GraphSpec",
     "LayerConverter",
     "Layout",
+    "MetanetBatch",
     "ModuleConverter",
     "ParameterGraph",
     "SCALING_GROUPS",
@@ -55,11 +58,13 @@ __all__ = [
     "SKIP_EDGE",
     "STRUCTURAL_EDGE_KINDS",
     "WEIGHT_EDGE",
+    "WeightBlocks",
     "activation_codes",
     "batch_graphs",
     "blocks_to_graph",
     "common_layout",
     "fold_batchnorm",
+    "graph_facts",
     "graph_layouts",
     "graph_shortcuts",
     "graph_skips",

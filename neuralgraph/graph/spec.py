@@ -39,6 +39,9 @@ class GraphSpec:
             distribution, and so the spec of a one-layout set does not depend on how many of its
             graphs were read.
         convention: the SIREN convention of INR data (``SirenConvention.to_dict()``), if any.
+
+    Two facts are read from these: :attr:`network_activation` (the activation of the hidden layers) and
+    :attr:`w0` (SIREN's frequency), which probe and gradient features run the networks with.
     """
 
     layouts: tuple[Layout, ...]
@@ -76,6 +79,22 @@ class GraphSpec:
     def depths(self) -> tuple[int, ...]:
         """Weight layers of each layout."""
         return tuple(len(layout) - 1 for layout in self.layouts)
+
+    @property
+    def network_activation(self) -> Optional[str]:
+        """The activation of the networks' hidden layers, when one holds for every network (``"sine"`` for INR
+        data, a SIREN convention, else the one activation besides ``identity`` that :attr:`activations`
+        records); ``None`` when the graphs record none, several, or activations that differ between networks.
+        Probe and gradient features run the networks with it (the metanet option ``network_activation``)."""
+        if self.convention is not None:
+            return Activation.SINE.value
+        hidden = set(self.activations or ()) - {Activation.IDENTITY.value}
+        return hidden.pop() if len(hidden) == 1 else None
+
+    @property
+    def w0(self) -> Optional[float]:
+        """SIREN's frequency ``w_0`` of INR data, from its convention; ``None`` for other data."""
+        return None if self.convention is None else self.convention.get("w0")
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

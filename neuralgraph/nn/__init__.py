@@ -3,8 +3,8 @@
 Importing this package registers every architecture in :data:`METANETS`.
 """
 from neuralgraph.nn.base import EdgeUpdate, FeedForward, FiLM, Metanet, MetanetLayer, ResidualNorm
-from neuralgraph.nn.context import GraphContext, LayerIndex, WeightBlocks
-from neuralgraph.nn.encoder import EncodedGraph, GraphEncoder
+from neuralgraph.nn.context import GraphContext, LayerIndex
+from neuralgraph.nn.encoder import EncodedGraph, EncoderOptions, GraphEncoder
 from neuralgraph.nn.registry import BASELINES, METANETS, build_metanet, metanet_class, register_baseline, register_metanet
 from neuralgraph.nn.heads import InvariantReadout, WeightDecoder
 from neuralgraph.nn.ensemble import merge_ensemble
@@ -25,6 +25,7 @@ __all__ = [
     "BudgetMatch",
     "EdgeUpdate",
     "EncodedGraph",
+    "EncoderOptions",
     "FeedForward",
     "FiLM",
     "GraphContext",
@@ -34,7 +35,6 @@ __all__ = [
     "Metanet",
     "MetanetLayer",
     "ResidualNorm",
-    "WeightBlocks",
     "WeightDecoder",
     "build_metanet",
     "match_budget",

@@ -1,4 +1,5 @@
-"""The base every metanetwork builds on, and the edge update several of them share.
+"""The contract every metanetwork follows (:class:`Metanet`, :class:`MetanetLayer`) and the building blocks
+several of them share (:class:`EdgeUpdate`, :class:`ResidualNorm`, :class:`FiLM`, :class:`FeedForward`).
 
 A :class:`Metanet` owns a :class:`~neuralgraph.nn.encoder.GraphEncoder` and a stack of
 :class:`MetanetLayer` s; ``forward(graph)`` returns node features ``[N, hidden_dim]`` and edge
@@ -7,8 +8,11 @@ features ``[E, hidden_dim]`` whose rows align with ``graph.x`` and ``graph.edge_
 
 Every layer has the general implementation, on feature rows of any graph (``forward``), and
 most also a dense one, on per-layer blocks of a batch of one layout (``forward_dense``): the same
-math, as PyG keeps ``GCNConv`` and ``DenseGCNConv`` apart. :meth:`Metanet.forward` chooses once
-per batch, from its :class:`~neuralgraph.nn.context.GraphContext`.
+math. :meth:`Metanet.forward` chooses once per batch, from its
+:class:`~neuralgraph.nn.context.GraphContext`. A layer whose edges carry the work (an edge update,
+messages) writes that work once, as a per-edge map (:class:`~neuralgraph.nn.paths.EdgeMap`), and
+both of its implementations run it through the strategies of :mod:`neuralgraph.nn.paths`: on edge
+rows or on dense blocks, whole or in chunks.
 
 An architecture declares the permutation group it respects in ``symmetry``:
 
@@ -18,58 +22,30 @@ An architecture declares the permutation group it respects in ``symmetry``:
   only sees layer embeddings.
 
 Two options trade compute for memory on large graphs (one network of millions of weights):
-``Metanet(checkpoint=True)`` recomputes each layer in backward (:func:`recomputed`), and layers
-built with ``edge_chunk`` (GMN's, NG-GNN's, :class:`EdgeUpdate`) evaluate their per-edge maps over
-chunks of edges, each recomputed in backward, dense blocks cut into :class:`EdgeTiles`.
+``Metanet(checkpoint=True)`` recomputes each layer in backward
+(:func:`~neuralgraph.nn.paths.recomputed`), and layers built with ``edge_chunk`` (GMN's, NG-GNN's,
+:class:`EdgeUpdate`) run their per-edge maps over chunks of edge rows or tiles of the dense blocks,
+each recomputed in backward (:mod:`neuralgraph.nn.paths`).
 """
 from __future__ import annotations
 
 import abc
+import dataclasses
 import inspect
-import itertools
 from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
 import torch
-import torch.utils.checkpoint
 from torch import Tensor, nn
-from torch_geometric.nn import MessagePassing
 
 from neuralgraph.graph import Graph
+from neuralgraph.graph.blocks import GraphFacts, WeightBlocks
 from neuralgraph.graph.spec import GraphSpec
-from neuralgraph.nn.context import (GraphContext, GraphFacts, WeightBlocks, block_rows, check_dense_rows,
-                                    edge_blocks, node_blocks)
-from neuralgraph.nn.encoder import MAX_LAYERS, MAX_NODE_TYPES, GraphEncoder
+from neuralgraph.nn.context import GraphContext, block_rows, check_dense_rows, edge_blocks, node_blocks
+from neuralgraph.nn.encoder import MAX_LAYERS, EncoderOptions, GraphEncoder
 from neuralgraph.nn.heads import InvariantReadout, WeightDecoder
+from neuralgraph.nn.paths import EdgeMap, Ends, Reduced, Terms, check_edge_chunk, on_blocks, on_rows, recomputed
 
 SYMMETRIES = ("hidden", "np")
-
-
-def check_edge_chunk(edge_chunk: Optional[int]) -> None:
-    """``edge_chunk`` is ``None`` (no chunks) or a positive number of edges.
-
-    Args:
-        edge_chunk: the value to check; anything else is a ValueError.
-    """
-    if edge_chunk is not None and (isinstance(edge_chunk, bool) or not isinstance(edge_chunk, int) or edge_chunk < 1):
-        raise ValueError(f"edge_chunk={edge_chunk!r}: expected a positive number of edges per chunk, or None")
-
-
-def recomputed(function: Callable, *args, **kwargs):
-    """``function(*args, **kwargs)`` keeping none of its intermediate tensors for backward, which runs it again
-    (``torch.utils.checkpoint``, non-reentrant: the RNG state and autocast of the first run are replayed, so
-    dropout draws the same masks); a plain call when autograd does not record.
-
-    Args:
-        function: the computation; its tensor arguments are what backward keeps.
-        *args: positional arguments of ``function``.
-        **kwargs: keyword arguments of ``function``.
-
-    Returns:
-        What ``function`` returns.
-    """
-    if not torch.is_grad_enabled():
-        return function(*args, **kwargs)
-    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False, **kwargs)
 
 
 def check_heads(hidden_dim: int, num_heads: int) -> None:
@@ -97,6 +73,11 @@ class MetanetLayer(nn.Module, abc.ABC):
       message-passing layers ``forward_dense(nodes, edges) -> (nodes, edges)`` with ``nodes[k]``
       ``[B, d_k, d]`` and ``edges[l]`` ``[B, d_{l+1}, d_l, d]`` (``[2, B, d_{l+1}, d_l, d]`` with
       reverse edges: forward, then reverse). ``None`` for a layer with the general path only.
+
+    A layer whose work on edges (an edge update, messages) is a per-edge map writes that map once,
+    as a :class:`~neuralgraph.nn.paths.EdgeMap`, and has both paths run it: ``forward`` through
+    :func:`~neuralgraph.nn.paths.on_rows`, ``forward_dense`` through
+    :func:`~neuralgraph.nn.paths.on_blocks` (as GMN's and NG-GNN's layers and :class:`EdgeUpdate`).
     """
 
     context: ClassVar[tuple[str, ...]] = ()
@@ -129,14 +110,26 @@ class MetanetLayer(nn.Module, abc.ABC):
         """Return updated ``(x [N, d], edge_attr [E, d])``."""
 
 
+def _encoder_parameters() -> list[inspect.Parameter]:
+    """The fields of :class:`~neuralgraph.nn.encoder.EncoderOptions` as the keyword-only arguments that
+    ``Metanet(**encoder_options)`` gathers into them."""
+    return [inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=field.type)
+            for field in dataclasses.fields(EncoderOptions)]
+
+
 def _constructor_signature(cls: type) -> inspect.Signature:
     """The arguments ``cls(...)`` takes: its constructor's own, then, when the constructor takes ``**options``
     and passes them on to its base's (``super().__init__(hidden_dim, num_layers, dropout, **options)``, as
-    every architecture does), the base's keyword-only arguments that it does not name itself."""
+    every architecture does), the base's keyword-only arguments that it does not name itself; ``Metanet``'s
+    ``**encoder_options`` are the encoder's options, listed one by one."""
     definer = next(c for c in cls.__mro__ if "__init__" in vars(c))
     own = inspect.signature(definer.__init__)
     parameters = list(own.parameters.values())[1:]  # without self
-    if definer is Metanet or not any(p.kind is p.VAR_KEYWORD for p in parameters):
+    if definer is Metanet:
+        named = [p for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
+        keywords = [p for p in parameters if p.kind is p.KEYWORD_ONLY]
+        return own.replace(parameters=named + _encoder_parameters() + keywords)
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters):
         return own.replace(parameters=parameters)
     base = next(c for c in cls.__mro__[cls.__mro__.index(definer) + 1:] if "__init__" in vars(c))
     names = {p.name for p in parameters}
@@ -164,36 +157,24 @@ class Metanet(nn.Module):
 
     Every architecture takes the keyword arguments below after its own: its constructor's
     ``**options`` are passed on to this one, and its signature (``inspect.signature``, ``help()``)
-    lists them.
+    lists them, the encoder's options one by one.
 
     Args:
         hidden_dim: width of node and edge features.
         num_layers: number of layers.
         dropout: dropout probability inside the layers.
-        edge_features: ``F``, the width of ``graph.edge_attr`` (1 for MLPs, ``kh*kw`` for
-            convolutions); given by the data's GraphSpec. Goes to the encoder
-            (:class:`~neuralgraph.nn.encoder.GraphEncoder`), as do the options down to ``skip_edges``.
-        positional: the encoder's positional embedding, ``"neuron"`` (one per input neuron, per
-            output neuron and per hidden layer) or ``"layer"`` (one per layer). (default: ``None``,
-            ``"neuron"``, or ``"layer"`` for ``symmetry = "np"``, which allows no other)
-        fourier_features: random Fourier frequencies per lifted scalar (0: a linear lift).
-        fourier_scale: standard deviation of those frequencies.
-        max_layers: weight layers the encoder's embeddings and the heads' per-layer tables cover.
-        max_node_types: ``node_type`` embeddings of ``positional="neuron"``.
-        probe_features: learned probe points whose values at every neuron are node features
-            (:class:`~neuralgraph.nn.weight_features.WeightFeatureLift`; 0: none).
-        gradient_features: fixed points whose per-example gradients of every weight and bias are
-            pooled into edge and node features (0: none).
-        activation: the activation of the networks read (e.g. ``"sine"``, ``"relu"``), which probe
-            and gradient features run them with and ScaleGMN takes its scaling group from.
-        w0: SIREN's frequency ``w_0`` of those networks (``activation="sine"``).
-        node_activations: embed the graphs' ``activation`` field into node features (networks of
-            several activations in one dataset).
-        skip_edges: embed the graphs' ``edge_kind`` field into edge features (residual skips and
-            shortcuts); required for graphs that have such edges.
+        **encoder_options: keyword-only, the encoder's options, the fields of
+            :class:`~neuralgraph.nn.encoder.EncoderOptions` (which documents each), given flat as a
+            config's ``metanet_config`` gives them and gathered into one ``EncoderOptions`` for the
+            :class:`~neuralgraph.nn.encoder.GraphEncoder`: ``edge_features``, ``positional``,
+            ``fourier_features``, ``fourier_scale``, ``max_layers``, ``max_node_types``,
+            ``probe_features``, ``gradient_features``, ``network_activation``, ``w0``,
+            ``node_activations``, ``skip_edges``. ``positional=None`` is ``"neuron"``, or ``"layer"``
+            for ``symmetry = "np"``, which allows no other; ``max_layers`` also sizes the heads'
+            per-layer tables (:meth:`decoder`, :meth:`readout`).
         checkpoint: recompute each layer of the stack in backward instead of keeping its
-            intermediate tensors (:func:`recomputed`, on the dense and the general path): what stays
-            between forward and backward is each layer's input, node and edge features
+            intermediate tensors (:func:`~neuralgraph.nn.paths.recomputed`, on the dense and the general
+            path): what stays between forward and backward is each layer's input, node and edge features
             (``E x hidden_dim`` floats per layer, twice that with reverse edges), for one more
             forward pass of every layer. Same outputs and gradients.
         edge_chunk: evaluate the per-edge maps of each layer (edge update, messages) over chunks
@@ -202,9 +183,10 @@ class Metanet(nn.Module):
             MLP's inputs) never exist whole: on top of the layers' inputs, a layer holds one
             chunk's intermediates and ``[N, hidden_dim]`` sums per chunk, for one more forward
             pass of the per-edge maps (with ``checkpoint``, two). Taken by architectures whose
-            layers have chunked implementations (``gmn``, ``ng_gnn``); the others run their
-            layers whole. Same outputs and gradients up to float rounding (sums are taken chunk
-            by chunk); in training mode dropout draws its masks per chunk.
+            layers pass it to the strategies that run their per-edge maps (``gmn``, ``ng_gnn``:
+            row chunks and dense tiles, :mod:`neuralgraph.nn.paths`); the others run their layers
+            whole. Same outputs and gradients up to float rounding (sums are taken chunk by
+            chunk); in training mode dropout draws its masks per chunk.
         edge_dtype: with ``edge_chunk``, the dtype the edge features are kept in between layers
             (e.g. ``torch.bfloat16``): each chunk is cast to the model's dtype to be computed and
             its new features back, so the edge states kept for backward, and their gradients, take
@@ -220,13 +202,13 @@ class Metanet(nn.Module):
     uses_layer_index: ClassVar[bool] = False
     # Scaling group ("sign"/"scale", neuralgraph.graph.scaling) the architecture is also equivariant to, if any.
     scaling: ClassVar[Optional[str]] = None
-    # Layers with chunked implementations, which edge_chunk and edge_dtype apply to.
+    # Layers whose per-edge maps run in chunks (neuralgraph.nn.paths), which edge_chunk and edge_dtype apply to.
     chunked: ClassVar[bool] = False
     # Constructor argument that hidden_dim must be a multiple of (e.g. "num_heads"), if any.
     hidden_dim_multiple_of: ClassVar[Optional[str]] = None
     # What the config grids and benchmark plans read of an architecture (scripts/generate_dilation.py,
     # neuralgraph.bench): declared here, beside the class, so that a registered architecture joins them all.
-    #: The k = 1 configuration of the dilation grid (``configs/dilation/<name>_k<k>.yaml``).
+    #: The k = 1 configuration of the dilation grid (``configs/benchmarks/dilation/<name>_k<k>.yaml``).
     reference_config: ClassVar[Mapping[str, Any]] = {"hidden_dim": 64, "num_layers": 4, "dropout": 0.0}
     #: Options beside the width in the budget-matched benchmark protocols (e.g. fewer heads, so
     #: that the width moves in finer steps).
@@ -248,23 +230,17 @@ class Metanet(nn.Module):
         num_layers: int,
         dropout: float = 0.0,
         *,
-        edge_features: int = 1,
-        positional: Optional[str] = None,
-        fourier_features: int = 0,
-        fourier_scale: float = 10.0,
-        max_layers: int = MAX_LAYERS,
-        max_node_types: int = MAX_NODE_TYPES,
-        probe_features: int = 0,
-        gradient_features: int = 0,
-        activation: str = "sine",
-        w0: float = 30.0,
-        node_activations: bool = False,
-        skip_edges: bool = False,
         checkpoint: bool = False,
         edge_chunk: Optional[int] = None,
         edge_dtype: Optional[torch.dtype] = None,
+        **encoder_options,
     ):
         super().__init__()
+        unknown = sorted(set(encoder_options) - {field.name for field in dataclasses.fields(EncoderOptions)})
+        if unknown:
+            raise TypeError(f"{type(self).__name__} got unexpected keyword arguments {unknown}; it takes "
+                            + ", ".join(inspect.signature(type(self)).parameters))
+        options = EncoderOptions(**encoder_options)
         check_edge_chunk(edge_chunk)
         if edge_dtype is not None and (not self.chunked or edge_chunk is None or not isinstance(edge_dtype, torch.dtype)
                                        or not edge_dtype.is_floating_point):
@@ -273,6 +249,7 @@ class Metanet(nn.Module):
                              f"{type(self).__name__})")
         if self.symmetry not in SYMMETRIES:
             raise ValueError(f"{type(self).__name__}.symmetry={self.symmetry!r}: expected one of {SYMMETRIES}")
+        positional = options.positional
         if positional is None:
             positional = "layer" if self.symmetry == "np" else "neuron"
         if self.symmetry == "np" and positional != "layer":
@@ -288,25 +265,10 @@ class Metanet(nn.Module):
         self.checkpoint = checkpoint
         self.edge_chunk = edge_chunk
         self.edge_dtype = edge_dtype
-        self.max_layers = max_layers  # the layers the encoder embeds and the heads pool
-        self.encoder = GraphEncoder(
-            hidden_dim,
-            edge_features=edge_features,
-            positional=positional,
-            reverse_edges=self.uses_reverse_edges,
-            layer_index=self.uses_layer_index,
-            fourier_features=fourier_features,
-            fourier_scale=fourier_scale,
-            max_layers=max_layers,
-            max_node_types=max_node_types,
-            scaling=self.scaling,
-            probe_features=probe_features,
-            gradient_features=gradient_features,
-            activation=activation,
-            w0=w0,
-            node_activations=node_activations,
-            skip_edges=skip_edges,
-        )
+        self.max_layers = options.max_layers  # the layers the encoder embeds and the heads pool
+        self.encoder = GraphEncoder(hidden_dim, dataclasses.replace(options, positional=positional),
+                                    reverse_edges=self.uses_reverse_edges, layer_index=self.uses_layer_index,
+                                    scaling=self.scaling)
         self.layers = nn.ModuleList()
 
     def reset_parameters(self) -> None:
@@ -318,7 +280,7 @@ class Metanet(nn.Module):
                 facts: Optional[GraphFacts] = None) -> GraphContext:
         """The :class:`~neuralgraph.nn.context.GraphContext` of ``graph`` for this metanet, built once per batch
         and handed to :meth:`forward` and the heads; ``blocks``: the batch's weights, when it carries them;
-        ``facts``: its :class:`~neuralgraph.nn.context.GraphFacts`, when its builder read them (else read here)."""
+        ``facts``: its :class:`~neuralgraph.graph.blocks.GraphFacts`, when its builder read them (else read here)."""
         return self.encoder.context(graph, blocks, facts)
 
     def forward(self, graph: Graph, context: Optional[GraphContext] = None) -> tuple[Tensor, Tensor]:
@@ -367,8 +329,10 @@ class Metanet(nn.Module):
     def spec_arguments(cls, spec: GraphSpec) -> dict[str, Any]:
         """The constructor arguments that the data's ``spec`` determines (``build_metanet(name, spec=spec)``).
 
-        Here: the edge feature width, and the encoder's skip-edge and activation embeddings when
-        the graphs carry skip edges or activations that differ between networks. Architectures
+        Here: the edge feature width, the encoder's skip-edge and activation embeddings when
+        the graphs carry skip edges or activations that differ between networks, and the
+        activation (``network_activation``) and SIREN frequency (``w0``) of the networks read when
+        the spec knows them (``GraphSpec.network_activation``, ``GraphSpec.w0``). Architectures
         add their own facts; one that cannot read such graphs raises ValueError saying why.
         """
         arguments: dict[str, Any] = {"edge_features": spec.edge_features}
@@ -378,6 +342,10 @@ class Metanet(nn.Module):
             arguments["skip_edges"] = True
         if spec.varying_activations:
             arguments["node_activations"] = True
+        if spec.network_activation is not None:
+            arguments["network_activation"] = spec.network_activation
+        if spec.w0 is not None:
+            arguments["w0"] = spec.w0
         return arguments
 
     def decoder(self, k: int = 1, **options) -> WeightDecoder:
@@ -425,26 +393,6 @@ class ResidualNorm(nn.Module):
         return self.norm(h + self.dropout(delta))
 
 
-def endpoint_sums(source: Sequence[Tensor], target: Sequence[Tensor], l: int, with_reverse: bool = False) -> Tensor:
-    """``s_j + t_i`` for every edge ``j -> i`` of weight layer ``l``, broadcast from per-layer node blocks
-    ``source``/``target`` ``[B, d_k, C]`` (nothing gathered): ``[B, d_{l+1}, d_l, C]``; ``with_reverse``:
-    ``[2, B, d_{l+1}, d_l, C]``, then the reverse edges ``i -> j`` at the place of their forward edge.
-
-    Args:
-        source: per node layer ``k``, the source terms ``s`` ``[B, d_k, C]``.
-        target: per node layer ``k``, the target terms ``t`` ``[B, d_k, C]``.
-        l: the weight layer, between node layers ``l`` and ``l + 1``.
-        with_reverse: also the sums of the reverse edges.
-
-    Returns:
-        ``[B, d_{l+1}, d_l, C]``, or ``[2, B, d_{l+1}, d_l, C]`` with ``with_reverse``.
-    """
-    if not with_reverse:
-        return target[l + 1][:, :, None] + source[l][:, None]
-    # the node on the d_{l+1} axis is the target of a forward edge and the source of its reverse
-    return torch.stack([target[l + 1], source[l + 1]])[:, :, :, None] + torch.stack([source[l], target[l]])[:, :, None]
-
-
 def node_rows(nodes: Sequence[Tensor]) -> tuple[Tensor, list[int]]:
     """Per-layer node blocks ``[B, d_k, C]`` as one ``[B, N, C]`` tensor (small: per-node maps run on it at once)
     and the widths that split it back.
@@ -472,77 +420,7 @@ def linear_add(x: Tensor, weight: Tensor, other: Tensor) -> Tensor:
     return torch.addmm(other.reshape(-1, other.shape[-1]), x.reshape(-1, x.shape[-1]), weight.t()).view(other.shape)
 
 
-class EdgeTiles:
-    """The dense edge blocks' ``[B, d_{l+1}, d_l]`` grid of edges (graphs, rows = targets, columns = sources)
-    cut into tiles of at most ``chunk`` edges: whole rows where they fit, then rows of several graphs.
-
-    :meth:`split` cuts a block into tiles with one ``split`` per axis, so that backward joins their
-    gradients with one concatenation per axis (narrowing a block per tile would allocate a
-    block-sized gradient per tile); :meth:`cat` joins tiles back; :meth:`place` puts a tile's
-    reduction over rows or columns into the ``[B, d_k, C]`` of its node layer.
-
-    Args:
-        grid: ``(B, d_{l+1}, d_l)``.
-        chunk: the most edges of a tile (at least one edge).
-        dim: the axis of ``B`` in the blocks (1 for the ``[2, B, ...]`` blocks with reverse edges).
-    """
-
-    def __init__(self, grid: Sequence[int], chunk: int, dim: int = 0):
-        graphs, rows, columns = self.grid = tuple(int(n) for n in grid)
-        tile_columns = min(columns, chunk)
-        tile_rows = min(rows, max(1, chunk // tile_columns))
-        tile_graphs = min(graphs, max(1, chunk // (tile_rows * tile_columns)))
-        self.sizes = (tile_graphs, tile_rows, tile_columns)
-        self.counts = tuple(-(-n // size) for n, size in zip(self.grid, self.sizes))
-        self.dim = dim
-
-    def slices(self) -> list[tuple[slice, slice, slice]]:
-        """``(graphs, rows, columns)`` of every tile, in the order of :meth:`split`."""
-        return [tuple(slice(i * size, min((i + 1) * size, n)) for i, size, n in zip(index, self.sizes, self.grid))
-                for index in itertools.product(*(range(count) for count in self.counts))]
-
-    def split(self, block: Tensor) -> list[Tensor]:
-        """The tiles of ``block`` (views)."""
-        d = self.dim
-        return [tile for graphs in block.split(self.sizes[0], d) for rows in graphs.split(self.sizes[1], d + 1)
-                for tile in rows.split(self.sizes[2], d + 2)]
-
-    def cat(self, tiles: Sequence[Tensor]) -> Tensor:
-        """The block of :meth:`split`'s tiles (one copy)."""
-        def join(parts: Sequence[Tensor], axis: int) -> Tensor:
-            return parts[0] if len(parts) == 1 else torch.cat(list(parts), axis)
-
-        _, rows, columns = self.counts
-        by_row = [join(tiles[i:i + columns], self.dim + 2) for i in range(0, len(tiles), columns)]
-        by_graph = [join(by_row[i:i + rows], self.dim + 1) for i in range(0, len(by_row), rows)]
-        return join(by_graph, self.dim)
-
-    def place(self, part: Tensor, graphs: slice, positions: slice, axis: int, fill: float = 0.0) -> Tensor:
-        """``part`` ``[g, n, C]`` of the tile's ``graphs`` and ``positions`` along grid ``axis`` (1: rows, the targets;
-        2: columns, the sources) within ``[B, d, C]``, ``fill`` elsewhere."""
-        size, graph_count = self.grid[axis], self.grid[0]
-        return nn.functional.pad(part, (0, 0, positions.start, size - positions.stop, graphs.start,
-                                        graph_count - graphs.stop), value=fill)
-
-
-def tile_terms(terms: Sequence[Tensor], l: int, graphs: slice, rows: slice, columns: slice) -> tuple[Tensor, Tensor]:
-    """The per-node terms of the sources and targets of a tile of edge layer ``l`` (from ``terms[k]`` ``[B, d_k, C]``),
-    as node layers 0 and 1 of :func:`endpoint_sums`.
-
-    Args:
-        terms: per node layer ``k``, ``[B, d_k, C]``.
-        l: the edge layer of the tile.
-        graphs: the tile's graphs (``B`` axis).
-        rows: the tile's targets, positions in node layer ``l + 1``.
-        columns: the tile's sources, positions in node layer ``l``.
-
-    Returns:
-        ``(sources [g, c, C], targets [g, r, C])``.
-    """
-    return terms[l][graphs, columns], terms[l + 1][graphs, rows]
-
-
-class EdgeUpdate(MessagePassing):
+class EdgeUpdate(nn.Module, EdgeMap):
     r"""Edge update from the edge and both endpoints (and, optionally, the opposite edge).
 
     .. math::
@@ -550,11 +428,13 @@ class EdgeUpdate(MessagePassing):
             W_e e_{ij} + W_s x_j + W_t x_i\,[+\,W_r e_{ji}]))\big)
 
     for the edge ``j -> i``. The concatenation ``[e_ij, x_j, x_i]`` goes through one linear map,
-    computed as a sum of per-part maps so that node terms are projected once per node, not
-    once per edge. ``forward`` is a PyG ``edge_updater``; ``forward_dense`` broadcasts the endpoint
-    terms over the ``[B, d_{l+1}, d_l, d]`` edge blocks instead of gathering them, and the opposite
-    of a forward edge is the reverse edge at the same place. With ``edge_chunk`` both run over
-    chunks of edge rows (dense: :class:`EdgeTiles`), each recomputed in backward (:func:`recomputed`).
+    computed as a sum of per-part maps so that node terms are projected once per node (``W_s x + b_e``,
+    ``W_t x``: :meth:`node_terms`), not once per edge. The update of a set of edges is written once
+    (:meth:`edge_map`, a :class:`~neuralgraph.nn.paths.EdgeMap`); ``forward`` runs it on the rows of
+    ``edge_index``, endpoint terms gathered, and ``forward_dense`` on the ``[B, d_{l+1}, d_l, d]`` edge
+    blocks, endpoint terms broadcast and the opposite of a forward edge the reverse edge at the same
+    place. With ``edge_chunk`` both run over chunks of edge rows (dense: tiles), each recomputed in
+    backward (:func:`~neuralgraph.nn.paths.on_rows`, :func:`~neuralgraph.nn.paths.on_blocks`).
 
     Args:
         hidden_dim (int): width ``d`` of node and edge features.
@@ -571,7 +451,7 @@ class EdgeUpdate(MessagePassing):
 
     def __init__(self, hidden_dim: int, dropout: float = 0.0, with_reverse: bool = False,
                  edge_chunk: Optional[int] = None):
-        super().__init__(aggr=None)
+        super().__init__()
         check_edge_chunk(edge_chunk)
         self.with_reverse = with_reverse
         self.edge_chunk = edge_chunk
@@ -593,69 +473,25 @@ class EdgeUpdate(MessagePassing):
         """``reverse[k]`` is the index of edge ``k``'s opposite (needed iff ``with_reverse``)."""
         if self.with_reverse != (reverse is not None):
             raise ValueError(f"EdgeUpdate(with_reverse={self.with_reverse}) needs reverse {'' if self.with_reverse else 'not '}given")
-        source, target = self.source_lin(x), self.target_lin(x)
-        if self.edge_chunk is None:
-            opposite = None if reverse is None else self.reverse_lin(edge_attr)[reverse]
-            return self.update(source, target, edge_index, edge_attr, opposite)
-        opposites = None if reverse is None else edge_attr[reverse]  # in the edges' dtype; W_r is applied per chunk
-        chunks = zip(edge_index.split(self.edge_chunk, dim=1), edge_attr.split(self.edge_chunk),
-                     itertools.repeat(None) if opposites is None else opposites.split(self.edge_chunk))
-        return torch.cat([recomputed(self.chunk_update, source, target, index, edge, opposite_edges)
-                          for index, edge, opposite_edges in chunks])
-
-    def chunk_update(self, source: Tensor, target: Tensor, edge_index: Tensor, edge_attr: Tensor,
-                     opposite_edges: Optional[Tensor]) -> Tensor:
-        """:meth:`update` of a chunk of edges and, with reverse, their opposites' features, computed in the nodes'
-        dtype and returned in the edges' own (``Metanet``'s ``edge_dtype``)."""
-        opposite = None if opposite_edges is None else self.reverse_lin(opposite_edges.to(source.dtype))
-        return self.update(source, target, edge_index, edge_attr.to(source.dtype), opposite).to(edge_attr.dtype)
-
-    def update(self, source: Tensor, target: Tensor, edge_index: Tensor, edge_attr: Tensor,
-               opposite: Optional[Tensor] = None) -> Tensor:
-        """The update of the edges ``edge_index`` from the projected nodes ``W_s x`` (``source``), ``W_t x``
-        (``target``) and, with reverse, their opposites' ``W_r e_ji`` (``opposite``)."""
-        return self.edge_updater(edge_index, x=(source, target), edge_attr=edge_attr, opposite=opposite)
-
-    def edge_update(self, x_j: Tensor, x_i: Tensor, edge_attr: Tensor, opposite: Optional[Tensor]) -> Tensor:
-        hidden = self.edge_lin(edge_attr) + x_j + x_i
-        if opposite is not None:
-            hidden = hidden + opposite
-        return self.residual(edge_attr, self.out_lin(nn.functional.silu(hidden)))
-
-    def endpoint_terms(self, nodes: Sequence[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
-        """Per node layer ``W_s x + b_e`` and ``W_t x`` ``[B, d_k, d]``, which :func:`endpoint_sums` broadcasts."""
-        x, widths = node_rows(nodes)
-        return (list((self.source_lin(x) + self.edge_lin.bias).split(widths, dim=1)),
-                list(self.target_lin(x).split(widths, dim=1)))
-
-    def block_update(self, edge: Tensor, ends: Tensor) -> Tensor:
-        """The update of a block or tile of edges ``[(2,) b, r, c, d]`` whose :meth:`endpoint_terms` sum to ``ends``
-        (same shape)."""
-        hidden = linear_add(edge, self.edge_lin.weight, ends)
-        if self.with_reverse:
-            hidden = hidden + self.reverse_lin(edge).flip(0)
-        return self.residual(edge, self.out_lin(nn.functional.silu(hidden)))
-
-    def tile_update(self, edge: Tensor, source_in: Tensor, source_out: Tensor, target_in: Tensor,
-                    target_out: Tensor) -> Tensor:
-        """:meth:`block_update` of one tile from its sources' and targets' terms (:func:`tile_terms`), computed in
-        their dtype and returned in the tile's own (``Metanet``'s ``edge_dtype``)."""
-        ends = endpoint_sums((source_in, source_out), (target_in, target_out), 0, self.with_reverse)
-        return self.block_update(edge.to(ends.dtype), ends).to(edge.dtype)
+        return on_rows(self, x, edge_index, edge_attr, reverse, self.edge_chunk)[0]
 
     def forward_dense(self, nodes: Sequence[Tensor], edges: Sequence[Tensor]) -> list[Tensor]:
-        """The update of every edge block: ``W_s x_j + W_t x_i`` broadcast, not gathered."""
-        source, target = self.endpoint_terms(nodes)
-        if self.edge_chunk is None:
-            return [self.block_update(edge, endpoint_sums(source, target, l, self.with_reverse))
-                    for l, edge in enumerate(edges)]
-        updated, dim = [], 1 if self.with_reverse else 0
-        for l, edge in enumerate(edges):
-            tiles = EdgeTiles(edge.shape[dim:dim + 3], max(1, self.edge_chunk // (dim + 1)), dim)
-            updated.append(tiles.cat([
-                recomputed(self.tile_update, tile, *tile_terms(source, l, *where), *tile_terms(target, l, *where))
-                for where, tile in zip(tiles.slices(), tiles.split(edge))]))
-        return updated
+        """The update of every edge block (forward, then reverse edges with ``with_reverse``)."""
+        x, widths = node_rows(nodes)
+        return on_blocks(self, x, widths, edges, self.with_reverse, self.edge_chunk)[0]
+
+    def node_terms(self, x: Tensor) -> tuple[Terms, Terms]:
+        """``W_s x + b_e`` (as a source; one linear map, so that it takes the projections' dtype under autocast),
+        ``W_t x`` (as a target)."""
+        return (nn.functional.linear(x, self.source_lin.weight, self.edge_lin.bias),), (self.target_lin(x),)
+
+    def edge_map(self, edge: Tensor, ends: Ends) -> tuple[Tensor, Reduced, Reduced]:
+        """The new features of ``edge``, from term 0 of ``ends`` (a layer that embeds this map puts the terms of
+        :meth:`node_terms` first among its own); no messages."""
+        hidden = linear_add(edge, self.edge_lin.weight, ends.pair(0))
+        if self.with_reverse:
+            hidden = hidden + ends.opposite(self.reverse_lin)
+        return self.residual(edge, self.out_lin(nn.functional.silu(hidden))), (), ()
 
 
 class FiLM(nn.Module):

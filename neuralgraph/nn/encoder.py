@@ -43,14 +43,16 @@ on, with reverse edges on request, and what the dense path and the heads read.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
 
 from neuralgraph.graph import EDGE_KINDS, WEIGHT_EDGE, Activation, Graph
+from neuralgraph.graph.blocks import GraphFacts, WeightBlocks
 from neuralgraph.graph.scaling import check_group
-from neuralgraph.nn.context import GraphContext, GraphFacts, WeightBlocks, context_facts, graph_context
+from neuralgraph.nn.context import GraphContext, context_facts, graph_context
 from neuralgraph.nn.weight_features import WeightFeatureLift
 
 POSITIONAL_MODES = ("neuron", "layer")
@@ -74,7 +76,7 @@ class EncodedGraph(NamedTuple):
 
 def check_index_range(name: str, largest: int, size: int, option: str) -> None:
     """Raise a ValueError naming ``name`` when a field whose largest index is ``largest`` (a Python number: the
-    batch's :class:`~neuralgraph.nn.context.GraphFacts`, read on the CPU) does not fit an embedding of ``size``.
+    batch's :class:`~neuralgraph.graph.blocks.GraphFacts`, read on the CPU) does not fit an embedding of ``size``.
 
     Args:
         name: the graph field.
@@ -127,13 +129,63 @@ class ScalarLift(nn.Module):
         return self.linear(values)
 
 
+@dataclass(frozen=True)
+class EncoderOptions:
+    """What a :class:`GraphEncoder` lifts and embeds, besides its width and what the architecture fixes.
+
+    Every architecture takes these as keyword arguments beside its own, flat, as a config's
+    ``metanet_config`` gives them (``build_metanet("gmn", hidden_dim=64, probe_features=16)``);
+    :class:`~neuralgraph.nn.base.Metanet` gathers them into one ``EncoderOptions`` for its encoder, and
+    its signature (``inspect.signature``, ``help()``) lists them from the fields below. Those that are
+    facts of the data (``edge_features``, ``max_layers`` beyond 16 layers, ``network_activation``,
+    ``w0``, ``node_activations``, ``skip_edges``) the data's GraphSpec gives
+    (``build_metanet(name, spec=spec)``, ``Metanet.spec_arguments``).
+
+    Attributes:
+        edge_features: ``F``, the width of ``graph.edge_attr`` (1 for MLPs, ``kh*kw`` for convolutions).
+        positional: the positional embedding, ``"neuron"`` (one per input neuron, per output neuron and
+            per hidden layer) or ``"layer"`` (one per layer), see the module docstring; ``None``:
+            ``"neuron"``, or ``"layer"`` for a metanet of ``symmetry = "np"``, which allows no other.
+        fourier_features: random Fourier frequencies per lifted scalar (0: a linear lift).
+        fourier_scale: standard deviation of those frequencies.
+        max_layers: weight layers the embeddings (and the metanet's heads' per-layer tables) cover.
+        max_node_types: ``node_type`` embeddings of ``positional="neuron"``.
+        probe_features: learned probe points whose values at every neuron are node features
+            (:class:`~neuralgraph.nn.weight_features.WeightFeatureLift`; 0: none).
+        gradient_features: fixed points whose per-example gradients of every weight and bias are
+            pooled into edge and node features (0: none).
+        network_activation: the activation of the hidden layers of the networks read (``"sine"``,
+            ``"tanh"``, ``"relu"``), which probe and gradient features run them with and ScaleGMN takes
+            its scaling group from (``GraphSpec.network_activation``); needed by those features.
+        w0: SIREN's frequency ``w_0`` of those networks, from the SIREN convention of INR data
+            (``GraphSpec.w0``); needed by those features when ``network_activation="sine"``.
+        node_activations: embed the graphs' ``activation`` field (each neuron's activation, the
+            ``GraphSpec.activations`` of every network) into node features: networks of several
+            activations in one dataset.
+        skip_edges: embed the graphs' ``edge_kind`` field into edge features (residual skips and
+            shortcuts); required for graphs that have such edges.
+    """
+
+    edge_features: int = 1
+    positional: Optional[str] = None
+    fourier_features: int = 0
+    fourier_scale: float = 10.0
+    max_layers: int = MAX_LAYERS
+    max_node_types: int = MAX_NODE_TYPES
+    probe_features: int = 0
+    gradient_features: int = 0
+    network_activation: Optional[str] = None
+    w0: Optional[float] = None
+    node_activations: bool = False
+    skip_edges: bool = False
+
+
 class GraphEncoder(nn.Module):
     """Lifts biases and weights to ``hidden_dim`` channels and adds positional embeddings.
 
     Args:
         hidden_dim: width of the returned node and edge features.
-        edge_features: ``F``, the width of ``graph.edge_attr`` (1 for MLPs, ``kh*kw`` for convs).
-        positional: ``"neuron"`` or ``"layer"`` (see the module docstring).
+        options: what it lifts and embeds (:class:`EncoderOptions`; default: its defaults).
         reverse_edges: add a reverse edge per edge, lifted from ``[e_ij, e_ji]``.
         layer_index: group nodes and edges by layer in the context
             (:class:`~neuralgraph.nn.context.LayerIndex`).
@@ -141,74 +193,62 @@ class GraphEncoder(nn.Module):
             stored canonically (``GraphContext.widths``): ``None`` when the batch allows it,
             ``False`` never (the general path), ``True`` always (error otherwise). An attribute,
             so tests and benchmarks may switch it on a built model.
-        fourier_features: number of random Fourier frequencies per scalar (0: linear lift).
-        fourier_scale: standard deviation of those frequencies.
-        max_layers: number of weight layers the embeddings cover.
-        max_node_types: number of ``node_type`` embeddings (``positional="neuron"``).
         scaling: ``None``, ``"sign"`` or ``"scale"``: keep the encoding equivariant to that group.
-        probe_features, gradient_features, activation, w0: options of
-            :class:`~neuralgraph.nn.weight_features.WeightFeatureLift` (0: no such features).
-        node_activations: add an embedding of the graph's ``activation`` field to node features.
-        skip_edges: add an embedding of the graph's ``edge_kind`` field (residual skips) to edge features.
     """
 
     def __init__(
         self,
         hidden_dim: int,
-        edge_features: int = 1,
-        positional: str = "neuron",
+        options: Optional[EncoderOptions] = None,
+        *,
         reverse_edges: bool = False,
         layer_index: bool = False,
         dense: Optional[bool] = None,
-        fourier_features: int = 0,
-        fourier_scale: float = 10.0,
-        max_layers: int = MAX_LAYERS,
-        max_node_types: int = MAX_NODE_TYPES,
         scaling: Optional[str] = None,
-        probe_features: int = 0,
-        gradient_features: int = 0,
-        activation: str = "sine",
-        w0: float = 30.0,
-        node_activations: bool = False,
-        skip_edges: bool = False,
     ):
         super().__init__()
-        if skip_edges and (layer_index or scaling or probe_features or gradient_features):
+        options = EncoderOptions() if options is None else options
+        positional = "neuron" if options.positional is None else options.positional
+        weight_features = options.probe_features or options.gradient_features
+        if options.skip_edges and (layer_index or scaling or weight_features):
             raise ValueError("skip_edges=True with per-layer tables (layer_index), a scaling group or probe/gradient "
                              "features: they assume edges only between consecutive layers")
         if positional not in POSITIONAL_MODES:
             raise ValueError(f"positional={positional!r}: expected one of {POSITIONAL_MODES}")
         if scaling is not None:
             check_group(scaling)
-            if fourier_features:
-                raise ValueError(f"fourier_features={fourier_features} with scaling={scaling!r}: Fourier features of a "
-                                 "weight do not scale with it; use the linear lift (fourier_features=0)")
+            if options.fourier_features:
+                raise ValueError(f"fourier_features={options.fourier_features} with scaling={scaling!r}: Fourier "
+                                 "features of a weight do not scale with it; use the linear lift (fourier_features=0)")
         self.scaling = scaling
         self.hidden_dim = hidden_dim
-        self.edge_features = edge_features
+        self.edge_features = options.edge_features
         self.positional = positional
         self.reverse_edges = reverse_edges
         self.layer_index = layer_index
         self.dense = dense
-        self.max_layers = max_layers
-        self.max_node_types = max_node_types
-        self.node_lift = ScalarLift(1, hidden_dim, fourier_features, fourier_scale, bias=scaling is None)
-        edge_in = 2 * edge_features if reverse_edges else edge_features
-        self.edge_lift = ScalarLift(edge_in, hidden_dim, fourier_features, fourier_scale, bias=scaling is None)
+        self.max_layers = options.max_layers
+        self.max_node_types = options.max_node_types
+        fourier = {"fourier_features": options.fourier_features, "fourier_scale": options.fourier_scale,
+                   "bias": scaling is None}
+        self.node_lift = ScalarLift(1, hidden_dim, **fourier)
+        edge_in = 2 * options.edge_features if reverse_edges else options.edge_features
+        self.edge_lift = ScalarLift(edge_in, hidden_dim, **fourier)
         self.weight_features = (
-            WeightFeatureLift(hidden_dim, probe_features, gradient_features, activation, w0, scaling=scaling)
-            if probe_features or gradient_features else None
+            WeightFeatureLift(hidden_dim, options.probe_features, options.gradient_features,
+                              network_activation=options.network_activation, w0=options.w0, scaling=scaling)
+            if weight_features else None
         )
-        num_positions = max_node_types if positional == "neuron" else max_layers + 1
+        num_positions = options.max_node_types if positional == "neuron" else options.max_layers + 1
         self.node_position = nn.Embedding(num_positions, hidden_dim)
-        self.edge_position = nn.Embedding(max_layers, hidden_dim)
-        self.activation_embedding = nn.Embedding(len(Activation), hidden_dim) if node_activations else None
-        self.edge_kind_embedding = nn.Embedding(len(EDGE_KINDS), hidden_dim) if skip_edges else None
+        self.edge_position = nn.Embedding(options.max_layers, hidden_dim)
+        self.activation_embedding = nn.Embedding(len(Activation), hidden_dim) if options.node_activations else None
+        self.edge_kind_embedding = nn.Embedding(len(EDGE_KINDS), hidden_dim) if options.skip_edges else None
         # per-layer standardisation of the raw biases and weights (identity until set)
-        self.register_buffer("node_mean", torch.zeros(max_layers + 1))
-        self.register_buffer("node_std", torch.ones(max_layers + 1))
-        self.register_buffer("edge_mean", torch.zeros(max_layers))
-        self.register_buffer("edge_std", torch.ones(max_layers))
+        self.register_buffer("node_mean", torch.zeros(options.max_layers + 1))
+        self.register_buffer("node_std", torch.ones(options.max_layers + 1))
+        self.register_buffer("edge_mean", torch.zeros(options.max_layers))
+        self.register_buffer("edge_std", torch.ones(options.max_layers))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -250,14 +290,14 @@ class GraphEncoder(nn.Module):
                 facts: Optional[GraphFacts] = None) -> GraphContext:
         """The :class:`~neuralgraph.nn.context.GraphContext` of ``graph`` with this encoder's reverse
         edges, layer index and ``dense`` setting; ``blocks``: the batch's weights, when it carries them;
-        ``facts``: its :class:`~neuralgraph.nn.context.GraphFacts`, when its builder read them."""
+        ``facts``: its :class:`~neuralgraph.graph.blocks.GraphFacts`, when its builder read them."""
         return graph_context(graph, self.reverse_edges, self.layer_index, self.dense, blocks, facts)
 
     def forward(self, graph: Graph, context: Optional[GraphContext] = None) -> EncodedGraph:
         """Node and edge features of ``graph``; ``context``: its :meth:`context`, built here when not given.
 
         The index fields are checked against the embeddings' sizes with the batch's
-        :class:`~neuralgraph.nn.context.GraphFacts` (``context.facts``), numbers read on the CPU: nothing
+        :class:`~neuralgraph.graph.blocks.GraphFacts` (``context.facts``), numbers read on the CPU: nothing
         is read back from the graph's device."""
         edge_attr = graph.edge_attr
         if edge_attr.dim() != 2 or edge_attr.shape[1] != self.edge_features:
@@ -313,7 +353,7 @@ class GraphEncoder(nn.Module):
     def _structure_embeddings(self, graph: Graph, facts: GraphFacts, node_position: Tensor,
                               edge_position: Tensor) -> tuple[Tensor, Tensor]:
         """Positional embeddings plus those of ``activation`` and ``edge_kind`` (see the module docstring);
-        ``facts``: the batch's :class:`~neuralgraph.nn.context.GraphFacts`, which the fields are checked with."""
+        ``facts``: the batch's :class:`~neuralgraph.graph.blocks.GraphFacts`, which the fields are checked with."""
         kind = getattr(graph, "edge_kind", None)
         if self.edge_kind_embedding is None:
             if facts.skip_edges:

@@ -27,8 +27,9 @@ from torch import Tensor, nn
 from torch_geometric.utils import scatter
 
 from neuralgraph.graph import Graph, GraphConversionError, common_layout, graph_to_blocks
+from neuralgraph.graph.blocks import WeightBlocks
 from neuralgraph.graph.scaling import check_group, scaling_invariant
-from neuralgraph.nn.context import GraphContext, WeightBlocks, context_facts, edge_blocks, graph_context, node_blocks
+from neuralgraph.nn.context import GraphContext, context_facts, edge_blocks, graph_context, node_blocks
 from neuralgraph.nn.encoder import MAX_LAYERS, check_index_range
 from neuralgraph.nn.ensemble import merge_ensemble
 
@@ -148,7 +149,7 @@ class WeightDecoder(nn.Module):
       average of ``k`` identical networks is a ``k = 1`` decoder's network, at ``k = 1``'s parameters).
 
     At ``k = 1`` the three are the same decoder. The input networks are the batch's
-    :class:`~neuralgraph.nn.context.WeightBlocks` where its context has them, else read back from the
+    :class:`~neuralgraph.graph.blocks.WeightBlocks` where its context has them, else read back from the
     graph by ``node_layer``/``node_index`` (:func:`~neuralgraph.graph.decode.graph_to_blocks`), never by
     storage order. Decoding needs one layout per batch, and MLP graphs (one feature per edge).
 
@@ -214,7 +215,7 @@ class WeightDecoder(nn.Module):
         ``members="coupled"``, one network of hidden width ``k h``: ``[B, 1, d_out', d_in']``, ``[B, 1, d_out']``.
 
         ``context``: the batch's, built here when not given. Where it holds the batch's
-        :class:`~neuralgraph.nn.context.WeightBlocks`, the deltas are added to those blocks (views of
+        :class:`~neuralgraph.graph.blocks.WeightBlocks`, the deltas are added to those blocks (views of
         the delta rows of the canonical batch); otherwise every network is decoded from the graph."""
         if graph.edge_attr.shape[-1] != 1:
             raise GraphConversionError(

@@ -34,7 +34,7 @@ class NFNNP(WeightSpaceMetanet):
         max_outputs: ``None`` or ``0``, likewise for output neurons.
         **encoder_options: keyword-only, passed on to :class:`~neuralgraph.nn.base.Metanet`, which
             documents each: ``edge_features``, ``positional``, ``fourier_features``, ``fourier_scale``,
-            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``activation``,
+            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``network_activation``,
             ``w0``, ``node_activations``, ``skip_edges`` (the encoder's) and ``checkpoint``;
             ``edge_chunk`` is accepted and has no effect (the layers run whole), ``edge_dtype`` is refused.
     """

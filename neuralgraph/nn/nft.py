@@ -9,15 +9,16 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch_geometric.utils import scatter, to_dense_batch
 
+from neuralgraph.graph.blocks import GraphFacts
 from neuralgraph.nn.base import EdgeUpdate, FeedForward, Metanet, MetanetLayer, ResidualNorm, check_heads, node_rows
-from neuralgraph.nn.context import GraphContext, GraphFacts
+from neuralgraph.nn.context import GraphContext
 from neuralgraph.nn.registry import register_metanet
 
 
 def layer_groups(node_layer: Tensor, batch: Tensor, facts: Optional[GraphFacts] = None) -> Tensor:
     """Consecutive id of each node's ``(graph, layer)`` group, in the order of ``(graph, layer)``.
 
-    With the batch's ``facts`` (:class:`~neuralgraph.nn.context.GraphFacts`) the ids are the ranks of the
+    With the batch's ``facts`` (:class:`~neuralgraph.graph.blocks.GraphFacts`) the ids are the ranks of the
     occupied ``(graph, layer)`` slots, computed on the device without reading anything back; without them
     ``torch.unique`` finds the groups.
 
@@ -93,7 +94,7 @@ class NeuronAttentionLayer(MetanetLayer):
     context = ("node_layer", "batch")
 
     def context_arguments(self, context: GraphContext) -> dict[str, Any]:
-        """``node_layer``, ``batch`` and the batch's :class:`~neuralgraph.nn.context.GraphFacts`, which size
+        """``node_layer``, ``batch`` and the batch's :class:`~neuralgraph.graph.blocks.GraphFacts`, which size
         the attention groups."""
         return {**super().context_arguments(context), "facts": context.facts}
 
@@ -124,7 +125,7 @@ class NeuronAttentionLayer(MetanetLayer):
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor, *, node_layer: Tensor,
                 batch: Tensor, facts: Optional[GraphFacts] = None) -> tuple[Tensor, Tensor]:
         """``node_layer``/``batch``: layer and graph of each node (attention runs within each pair);
-        ``facts``: the batch's :class:`~neuralgraph.nn.context.GraphFacts`, which size the groups (else the
+        ``facts``: the batch's :class:`~neuralgraph.graph.blocks.GraphFacts`, which size the groups (else the
         groups are found on the tensors, reading their sizes back)."""
         src, dst = edge_index
         incoming = scatter(edge_attr, dst, 0, x.shape[0], "mean")
@@ -190,7 +191,7 @@ class NFT(Metanet):
             ``hidden_dim // num_heads`` channels.
         **encoder_options: keyword-only, passed on to :class:`~neuralgraph.nn.base.Metanet`, which
             documents each: ``edge_features``, ``positional``, ``fourier_features``, ``fourier_scale``,
-            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``activation``,
+            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``network_activation``,
             ``w0``, ``node_activations``, ``skip_edges`` (the encoder's) and ``checkpoint``;
             ``edge_chunk`` is accepted and has no effect (the layers run whole), ``edge_dtype`` is refused.
     """

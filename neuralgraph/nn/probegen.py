@@ -23,14 +23,14 @@ What is probed, ``network``:
   ``network`` and ``convention``; without one, DWS MNIST's, as the tasks render): probes are
   coordinates in :math:`\mathbb{R}^2`, responses the INR's values :math:`s\,(W_L h_{L-1} + b_L) + c` with
   :math:`h_l = \sin(\omega_0 (W_l h_{l-1} + b_l))`, read from the batch's weights
-  (:func:`~neuralgraph.nn.context.batch_mlps`) and evaluated for every INR of the batch at once.
+  (:func:`~neuralgraph.graph.blocks.batch_mlps`) and evaluated for every INR of the batch at once.
 * ``"cnn_zoo"``, ``"transformer_zoo"``: probes are images, responses the logits of the module each
   graph rebuilds: the zoo's :class:`~neuralgraph.data.cnn_zoo.ZooNetwork` or
   :class:`~neuralgraph.data.transformer_zoo.ZooViT` whose traced architecture the graph records
   (``graph.architecture``), or, for a graph that records none (a CNN zoo batch built from its weight
   blocks), whose layout and per-layer activations it has. The graphs' parameters are written into
   that module as :func:`~neuralgraph.graph.graph_to_module` writes them (from the batch's
-  :class:`~neuralgraph.nn.context.WeightBlocks` where it carries them), stacked, and the networks of
+  :class:`~neuralgraph.graph.blocks.WeightBlocks` where it carries them), stacked, and the networks of
   one architecture run as one ``torch.vmap`` of ``torch.func.functional_call`` over their parameters.
   A graph that records neither its architecture nor its activations is refused in one line, and so
   are graphs whose edges carry kernels or attention (``edge_features > 1``) left at ``"siren"``.
@@ -76,6 +76,7 @@ from torch_geometric.data import Batch
 from torch_geometric.utils import scatter
 
 from neuralgraph.graph import Graph, GraphConversionError, graph_layouts, module_to_graph
+from neuralgraph.graph.blocks import GraphFacts, WeightBlocks, batch_mlps, num_graphs
 from neuralgraph.graph.convert.module import _load_module
 from neuralgraph.graph.convert.registry import layer_weight
 from neuralgraph.graph.convert.trace import Chain, trace_chain
@@ -83,8 +84,7 @@ from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.inr.convention import DWS_MNIST, SirenConvention
 from neuralgraph.inr.render import autocast_active, autocast_off, full_precision
 from neuralgraph.nn.base import Metanet
-from neuralgraph.nn.context import (GraphContext, GraphFacts, WeightBlocks, batch_mlps, graph_context,
-                                    num_graphs)
+from neuralgraph.nn.context import GraphContext, graph_context
 from neuralgraph.nn.registry import register_baseline
 
 # The reference's settings (module docstring).
@@ -204,7 +204,7 @@ class DeepLinearImages(nn.Module):
 class SirenResponses:
     """The values of a batch's SIRENs at coordinate probes (module docstring): ``[B, P, d_out]``.
 
-    Called with the batch's graph, its :class:`~neuralgraph.nn.context.WeightBlocks` (or ``None``: the
+    Called with the batch's graph, its :class:`~neuralgraph.graph.blocks.WeightBlocks` (or ``None``: the
     weights are decoded from the graph) and the probes ``[P, d_in]``.
 
     Args:
@@ -377,7 +377,7 @@ def _graph_activations(graph: Graph, layouts: Sequence[tuple[int, ...]]) -> list
 class ModuleResponses:
     """The logits of the modules a batch's graphs rebuild, on image probes (module docstring): ``[B, P, outputs]``.
 
-    Called with the batch's graph, its :class:`~neuralgraph.nn.context.WeightBlocks` (``None``: every
+    Called with the batch's graph, its :class:`~neuralgraph.graph.blocks.WeightBlocks` (``None``: every
     network is rebuilt from its graph) and the probes ``[P, C, S, S]``.
 
     Args:

@@ -164,7 +164,7 @@ class ScaleGMNLayer(MetanetLayer):
     context = ("hidden", "node_layer")
 
     def context_arguments(self, context: GraphContext) -> dict[str, Any]:
-        """``hidden``, ``node_layer`` and, where the batch's :class:`~neuralgraph.nn.context.GraphFacts` are
+        """``hidden``, ``node_layer`` and, where the batch's :class:`~neuralgraph.graph.blocks.GraphFacts` are
         known (the metanet checks with them that every edge of the graphs goes forward), ``num_edges``."""
         arguments = super().context_arguments(context)
         if context.facts is not None:
@@ -240,25 +240,27 @@ class ScaleGMNLayer(MetanetLayer):
 @register_metanet("scalegmn")
 class ScaleGMN(Metanet):
     """ScaleGMN: :class:`ScaleGMNLayer` s on the parameter graph, equivariant to permutations and to
-    the scaling group of ``activation`` (the encoder option naming the activation of the networks
-    read, ``"sine"`` unless given): ``"sign"`` for sine and tanh, ``"scale"`` for ReLU.
+    the scaling group of ``network_activation`` (the encoder option naming the activation of the
+    networks read, which the data's GraphSpec gives): ``"sign"`` for sine and tanh, ``"scale"`` for
+    ReLU.
 
     The group is a class attribute, ``scaling``: this class and :class:`ScaleGMNB` are the sign
     variants, :class:`PositiveScaleGMN` and :class:`PositiveScaleGMNB` the scale variants, and
-    constructing a registered class returns the variant of ``activation``. ``scaling``, when given,
-    must be that group. The encoder lifts hidden neurons' biases and every weight multiplicatively
-    (see :class:`~neuralgraph.nn.encoder.GraphEncoder`'s ``scaling``) and the heads must be built
-    with the same group: :meth:`~neuralgraph.nn.base.Metanet.decoder` and ``readout`` build them so.
+    constructing a registered class returns the variant of ``network_activation`` (without one, of
+    ``scaling``; without either, the class's own). ``scaling``, when given with it, must be its
+    group. The encoder lifts hidden neurons' biases and every weight multiplicatively (see
+    :class:`~neuralgraph.nn.encoder.GraphEncoder`'s ``scaling``) and the heads must be built with
+    the same group: :meth:`~neuralgraph.nn.base.Metanet.decoder` and ``readout`` build them so.
 
     Args:
         hidden_dim: width of node and edge features.
         num_layers: number of :class:`ScaleGMNLayer` s.
         dropout: dropout probability inside the layers.
-        scaling: the scaling group, ``"sign"`` or ``"scale"``, checked against ``activation``'s;
-            ``None`` (default) takes ``activation``'s.
+        scaling: the scaling group, ``"sign"`` or ``"scale"``, checked against ``network_activation``'s;
+            ``None`` (default) takes ``network_activation``'s, or the class's without it.
         **encoder_options: keyword-only, passed on to :class:`~neuralgraph.nn.base.Metanet`, which
             documents each: ``edge_features``, ``positional``, ``fourier_features``, ``fourier_scale``,
-            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``activation``,
+            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``network_activation``,
             ``w0``, ``node_activations``, ``skip_edges`` (the encoder's) and ``checkpoint``;
             ``edge_chunk`` is accepted and has no effect (the layers run whole), ``edge_dtype`` is refused.
     """
@@ -268,29 +270,45 @@ class ScaleGMN(Metanet):
 
     def __new__(cls, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0,
                 scaling: Optional[str] = None, **encoder_options):
-        activation = encoder_options.get("activation", "sine")
-        check_activation(activation)
-        variant = SCALE_VARIANTS.get(cls, cls) if Activation(activation).scaling == "scale" else cls
-        return super().__new__(variant)
+        return super().__new__(SCALE_VARIANTS.get(cls, cls) if cls.group_of(scaling, encoder_options) == "scale"
+                               else cls)
 
     def __init__(self, hidden_dim: int = 128, num_layers: int = 10, dropout: float = 0.0,
                  scaling: Optional[str] = None, **encoder_options):
-        activation = encoder_options.get("activation", "sine")
-        group = Activation(activation).scaling
-        if scaling is not None:
-            check_group(scaling)
-            if scaling != group:
-                raise ValueError(f"scaling={scaling!r} but activation={activation!r} has the group "
-                                 f"{group!r}; pass the activation of the networks read")
+        group = self.group_of(scaling, encoder_options)
         if group != self.scaling:
-            raise ValueError(f"{type(self).__name__} is equivariant to the {self.scaling!r} group but "
-                             f"activation={activation!r} has {group!r}; build it by its registry name")
+            raise ValueError(f"{type(self).__name__} is equivariant to the {self.scaling!r} group but the networks "
+                             f"read have {group!r}; build it by its registry name")
         super().__init__(hidden_dim, num_layers, dropout, **encoder_options)
         self.layers.extend(ScaleGMNLayer(hidden_dim, self.scaling, self.uses_reverse_edges, dropout)
                            for _ in range(num_layers))
 
+    @classmethod
+    def group_of(cls, scaling: Optional[str], encoder_options: dict) -> str:
+        """The scaling group the model is built for: ``network_activation``'s (``scaling``, when given, must be
+        it), else ``scaling``, else the class's; ValueError for an activation without a group the traces run.
+
+        Args:
+            scaling: the constructor's ``scaling``.
+            encoder_options: the constructor's encoder options.
+
+        Returns:
+            ``"sign"`` or ``"scale"``.
+        """
+        if scaling is not None:
+            check_group(scaling)
+        activation = encoder_options.get("network_activation")
+        if activation is None:
+            return cls.scaling if scaling is None else scaling
+        check_activation(activation, "network_activation")
+        group = Activation(activation).scaling
+        if scaling is not None and scaling != group:
+            raise ValueError(f"scaling={scaling!r} but network_activation={activation!r} has the group {group!r}; "
+                             "pass the activation of the networks read")
+        return group
+
     def stack(self, node: Tensor, edge: Tensor, context: GraphContext) -> tuple[Tensor, Tensor]:
-        """The layers, once the batch's :class:`~neuralgraph.nn.context.GraphFacts` say that every edge of its
+        """The layers, once the batch's :class:`~neuralgraph.graph.blocks.GraphFacts` say that every edge of its
         graphs goes to a later layer: the layers then take the first ``num_edges`` of the encoder's edge rows
         as the forward edges without counting them."""
         if context.facts is not None and not context.facts.forward_edges:
@@ -307,11 +325,11 @@ class ScaleGMNB(ScaleGMN):
         hidden_dim: width of node and edge features.
         num_layers: number of :class:`ScaleGMNLayer` s.
         dropout: dropout probability inside the layers.
-        scaling: the scaling group, ``"sign"`` or ``"scale"``, checked against ``activation``'s;
-            ``None`` (default) takes ``activation``'s.
+        scaling: the scaling group, ``"sign"`` or ``"scale"``, checked against ``network_activation``'s;
+            ``None`` (default) takes ``network_activation``'s, or the class's without it.
         **encoder_options: keyword-only, passed on to :class:`~neuralgraph.nn.base.Metanet`, which
             documents each: ``edge_features``, ``positional``, ``fourier_features``, ``fourier_scale``,
-            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``activation``,
+            ``max_layers``, ``max_node_types``, ``probe_features``, ``gradient_features``, ``network_activation``,
             ``w0``, ``node_activations``, ``skip_edges`` (the encoder's) and ``checkpoint``;
             ``edge_chunk`` is accepted and has no effect (the layers run whole), ``edge_dtype`` is refused.
     """
@@ -331,5 +349,5 @@ class PositiveScaleGMNB(ScaleGMNB):
     scaling = "scale"
 
 
-# the scale variant of each sign variant, which its constructor returns for a ReLU ``activation``
+# the scale variant of each sign variant, which its constructor returns for a ReLU ``network_activation``
 SCALE_VARIANTS: dict[type[ScaleGMN], type[ScaleGMN]] = {ScaleGMN: PositiveScaleGMN, ScaleGMNB: PositiveScaleGMNB}

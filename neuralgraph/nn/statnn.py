@@ -42,17 +42,10 @@ from torch import Tensor, nn
 from torch_geometric.utils import scatter
 
 from neuralgraph.graph import EDGE_KINDS, STRUCTURAL_EDGE_KINDS, Graph
+from neuralgraph.graph.blocks import GraphFacts, WeightBlocks, graph_facts, node_graph_index, num_graphs
 from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.base import Metanet
-from neuralgraph.nn.context import (
-    GraphContext,
-    GraphFacts,
-    WeightBlocks,
-    graph_context,
-    graph_facts,
-    node_graph_index,
-    num_graphs,
-)
+from neuralgraph.nn.context import GraphContext, graph_context
 from neuralgraph.nn.encoder import MAX_LAYERS
 from neuralgraph.nn.registry import register_baseline
 
@@ -137,7 +130,7 @@ def graph_statistics(graph: Graph, layer_features: Optional[Sequence[int]], weig
 
 
 def block_statistics(blocks: WeightBlocks, layer_features: Optional[Sequence[int]], weight_layers: int) -> Tensor:
-    """:func:`graph_statistics` of a batch that carries its :class:`~neuralgraph.nn.context.WeightBlocks`: each
+    """:func:`graph_statistics` of a batch that carries its :class:`~neuralgraph.graph.blocks.WeightBlocks`: each
     layer's weights and biases are one ``[B, n]`` row per network, so the statistics are row reductions and a
     sort, of sizes known from the blocks' shapes (nothing read back from their device).
 
@@ -180,7 +173,7 @@ def general_graph_statistics(graph: Graph, weight_layers: int, facts: Optional[G
 
     The values outside every group (structural edges, padding, input neurons) go to one extra group,
     left out at the end, so that every tensor has a size the graph's shape gives: with the batch's
-    ``facts`` (:class:`~neuralgraph.nn.context.GraphFacts`, else read here) nothing is read back.
+    ``facts`` (:class:`~neuralgraph.graph.blocks.GraphFacts`, else read here) nothing is read back.
 
     Args:
         graph: general parameter graphs (a ``Data`` or a ``Batch``).
@@ -245,7 +238,7 @@ class StatisticsInput(nn.Module):
     def statistics(self, graph: Graph, blocks: Optional[WeightBlocks] = None,
                    facts: Optional[GraphFacts] = None) -> Tensor:
         """``[B, 14 * weight_layers]``: from the batch's ``blocks`` when it carries them (a chain), else from the
-        graph (with its ``facts``, :class:`~neuralgraph.nn.context.GraphFacts`, when given)."""
+        graph (with its ``facts``, :class:`~neuralgraph.graph.blocks.GraphFacts`, when given)."""
         if self.general:
             return general_graph_statistics(graph, self.weight_layers, facts)
         if blocks is not None:

@@ -33,20 +33,21 @@ from torch import Tensor, nn
 from torch_geometric.utils import scatter
 
 from neuralgraph.graph import Activation, Graph, GraphConversionError, Layout, common_layout
+from neuralgraph.graph.blocks import GraphFacts, WeightBlocks, batch_mlps, graph_facts, node_graph_index
 from neuralgraph.graph.scaling import scaling_invariant
-from neuralgraph.nn.context import GraphFacts, WeightBlocks, batch_mlps, graph_facts, node_graph_index
 
 ACTIVATIONS = (Activation.SINE.value, Activation.TANH.value, Activation.RELU.value)  # the ones _forward runs
 
 
-def check_activation(activation: str) -> None:
-    """ValueError unless ``activation`` is one the traces implement.
+def check_activation(activation: str, option: str = "activation") -> None:
+    """ValueError naming ``option`` unless ``activation`` is one the traces implement.
 
     Args:
         activation: ``"sine"``, ``"tanh"`` or ``"relu"``.
+        option: the argument that gave it, named in the error.
     """
     if activation not in ACTIVATIONS:
-        raise ValueError(f"activation={activation!r}: expected one of {ACTIVATIONS}")
+        raise ValueError(f"{option}={activation!r}: expected one of {ACTIVATIONS}")
 
 
 def _forward(z: Tensor, activation: str, w0: float) -> tuple[Tensor, Tensor]:
@@ -157,7 +158,7 @@ def probe_features(graph: Graph, points: Tensor, activation: str = "sine", w0: f
         points: ``[P, d_0]`` probe inputs.
         activation: the networks' activation (:func:`trace_mlp`).
         w0: SIREN's frequency, for ``"sine"``.
-        blocks: the batch's :class:`~neuralgraph.nn.context.WeightBlocks`, if it carries them.
+        blocks: the batch's :class:`~neuralgraph.graph.blocks.WeightBlocks`, if it carries them.
 
     Returns:
         ``[N, P]``.
@@ -290,21 +291,31 @@ class WeightFeatureLift(nn.Module):
             pooled set of its ``delta_i`` (context: ``a_i``), see :class:`PointSetPool`. Gradients are
             divided by their root mean square per network and layer first (SIREN signals grow by
             ``w0`` per layer).
-        activation, w0: the activation of the networks read (see :func:`trace_mlp`).
+        network_activation: the activation of the hidden layers of the networks read, which they are run
+            with (see :func:`trace_mlp`); ``None`` is refused (the error says where it comes from).
+        w0: SIREN's frequency of those networks; needed for ``network_activation="sine"``.
         in_features: input width ``d_0`` of the networks (2 for image INRs).
         scaling: ``None``, or ``"sign"``/``"scale"`` for a metanetwork equivariant to that group.
     """
 
-    def __init__(self, hidden_dim: int, probe_features: int = 0, gradient_features: int = 0, activation: str = "sine",
-                 w0: float = 30.0, in_features: int = 2, scaling: Optional[str] = None):
+    def __init__(self, hidden_dim: int, probe_features: int = 0, gradient_features: int = 0, *,
+                 network_activation: Optional[str], w0: Optional[float] = None, in_features: int = 2,
+                 scaling: Optional[str] = None):
         super().__init__()
-        check_activation(activation)
+        if network_activation is None:
+            raise ValueError(f"probe_features={probe_features} and gradient_features={gradient_features} run the "
+                             "networks read, but network_activation (their activation) is not given: the data's "
+                             "GraphSpec gives it (build_metanet(name, spec=spec)), or give network_activation")
+        check_activation(network_activation, "network_activation")
+        if network_activation == Activation.SINE and w0 is None:
+            raise ValueError("network_activation='sine' needs w0, SIREN's frequency of the networks read: the data's "
+                             "GraphSpec gives it with its SIREN convention (build_metanet(name, spec=spec)), or give w0")
         if probe_features < 0 or gradient_features < 0:
             raise ValueError(f"probe_features={probe_features} and gradient_features={gradient_features} must be >= 0")
         if gradient_features and scaling == "scale":
             raise ValueError("gradient_features under scaling='scale': a gradient rescales by 1/q where its weight "
                              "rescales by q, so the pooled gradients would break the group; use scaling='sign' or None")
-        self.activation, self.w0, self.scaling = activation, w0, scaling
+        self.network_activation, self.w0, self.scaling = network_activation, w0, scaling
         self.probe_points = ProbePoints(probe_features, in_features) if probe_features else None
         self.probe_lift = nn.Linear(probe_features, hidden_dim, bias=scaling is None) if probe_features else None
         self.gradient_points = ProbePoints(gradient_features, in_features, learn=False) if gradient_features else None
@@ -321,12 +332,12 @@ class WeightFeatureLift(nn.Module):
                 facts: Optional[GraphFacts] = None) -> tuple[Optional[Tensor], Optional[Tensor]]:
         """Terms to add to the node ``[N, d]`` and edge ``[E, d]`` features (``None``: no such feature);
         ``blocks``: the batch's weights, when it carries them (else they are decoded from ``graph``);
-        ``facts``: its :class:`~neuralgraph.nn.context.GraphFacts` (else read from ``graph``)."""
+        ``facts``: its :class:`~neuralgraph.graph.blocks.GraphFacts` (else read from ``graph``)."""
         node = edge = None
         if self.probe_points is not None:
-            node = self.probe_lift(probe_features(graph, self.probe_points(graph), self.activation, self.w0, blocks))
+            node = self.probe_lift(probe_features(graph, self.probe_points(graph), self.network_activation, self.w0, blocks))
         if self.gradient_points is not None:
-            values, deltas = _graph_trace(graph, self.gradient_points(graph), self.activation, self.w0, blocks)
+            values, deltas = _graph_trace(graph, self.gradient_points(graph), self.network_activation, self.w0, blocks)
             src, dst = graph.edge_index
             graphs = node_graph_index(graph)
             facts = graph_facts(graph) if facts is None else facts

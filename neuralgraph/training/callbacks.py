@@ -16,8 +16,8 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from neuralgraph.data.inr_dataset import InrBatch
+from neuralgraph.graph.blocks import batch_mlps
 from neuralgraph.inr import render
-from neuralgraph.nn.context import batch_mlps
 from neuralgraph.training.visualize import save_editing_grid
 
 

@@ -12,8 +12,9 @@ permutation-invariant functional       :class:`WeightStatisticRegression`       
 permutation-equivariant operator       :class:`EquivariantWeightPrediction`     per-edge linear
 =====================================  =======================================  ==========================
 
-The task never calls into the data: a batch (:class:`~neuralgraph.data.inr_dataset.InrBatch`)
-goes encoder -> layers -> head -> loss, with the target derived from the batch in the loss.
+The task never calls into the data: a batch (a :class:`~neuralgraph.graph.blocks.MetanetBatch`:
+:class:`~neuralgraph.data.inr_dataset.InrBatch`, :class:`~neuralgraph.data.cnn_zoo.ZooBatch`) goes
+encoder -> layers -> head -> loss, with the target derived from the batch in the loss.
 Input statistics and PNG grids are callbacks (:mod:`neuralgraph.training.callbacks`) the tasks
 request through ``configure_callbacks``.
 
@@ -32,14 +33,16 @@ import torchmetrics
 from torch import Tensor, nn
 
 from neuralgraph.graph import GraphSpec
+from neuralgraph.graph.blocks import GraphFacts, MetanetBatch, WeightBlocks, batch_mlps, node_graph_index
 from neuralgraph.graph.scaling import scaling_invariant
 from neuralgraph.inr import DWS_MNIST, SirenConvention, full_precision, render
 from neuralgraph.inr.render import autocast_active, autocast_off
 from neuralgraph.morphology import EDITS
 from neuralgraph.nn import build_metanet, match_budget
 from neuralgraph.nn.budget import WIDTH_MULTIPLE, count_trainable
-from neuralgraph.nn.context import GraphContext, GraphFacts, WeightBlocks, batch_mlps, context_facts, node_graph_index
+from neuralgraph.nn.context import GraphContext, context_facts
 from neuralgraph.nn.heads import MEMBERS
+from neuralgraph.data.cnn_zoo import ZooBatch
 from neuralgraph.data.inr_dataset import InrBatch
 from neuralgraph.training.callbacks import EditingGrid, InputStatistics
 
@@ -160,17 +163,17 @@ class MetanetTask(L.LightningModule):
         return node, edge, context
 
     # -- subclasses -------------------------------------------------------------------------
-    def loss_and_outputs(self, batch: InrBatch) -> tuple[Tensor, dict[str, Tensor]]:
+    def loss_and_outputs(self, batch: MetanetBatch) -> tuple[Tensor, dict[str, Tensor]]:
         raise NotImplementedError
 
-    def update_metrics(self, stage: str, outputs: dict[str, Tensor], batch: InrBatch) -> None:
+    def update_metrics(self, stage: str, outputs: dict[str, Tensor], batch: MetanetBatch) -> None:
         raise NotImplementedError
 
     # -- Lightning --------------------------------------------------------------------------
-    def forward(self, batch: InrBatch):
+    def forward(self, batch: MetanetBatch):
         return self.loss_and_outputs(batch)[1]
 
-    def _step(self, batch: InrBatch, stage: str) -> dict[str, Tensor]:
+    def _step(self, batch: MetanetBatch, stage: str) -> dict[str, Tensor]:
         """The loss and outputs of one batch (callbacks read them), logged and added to the metrics."""
         loss, outputs = self.loss_and_outputs(batch)
         self.log(f"{stage}/loss", loss, batch_size=batch.size, prog_bar=stage != "test", on_epoch=True,
@@ -178,16 +181,16 @@ class MetanetTask(L.LightningModule):
         self.update_metrics(stage, outputs, batch)
         return {"loss": loss, **outputs}
 
-    def training_step(self, batch: InrBatch, batch_idx: int) -> Tensor:
+    def training_step(self, batch: MetanetBatch, batch_idx: int) -> Tensor:
         return self._step(batch, "train")["loss"]
 
-    def validation_step(self, batch: InrBatch, batch_idx: int) -> dict[str, Tensor]:
+    def validation_step(self, batch: MetanetBatch, batch_idx: int) -> dict[str, Tensor]:
         return self._step(batch, "val")
 
-    def test_step(self, batch: InrBatch, batch_idx: int) -> dict[str, Tensor]:
+    def test_step(self, batch: MetanetBatch, batch_idx: int) -> dict[str, Tensor]:
         return self._step(batch, "test")
 
-    def predict_step(self, batch: InrBatch, batch_idx: int) -> dict[str, Tensor]:
+    def predict_step(self, batch: MetanetBatch, batch_idx: int) -> dict[str, Tensor]:
         return {"index": batch.index, **self.loss_and_outputs(batch)[1]}
 
     def configure_optimizers(self):
@@ -344,7 +347,7 @@ class InrEditing(EpochMetricTask):
         with autocast_off(device):
             return self.decoder(graph, full_precision(node), full_precision(edge), context)
 
-    def loss_and_outputs(self, batch):
+    def loss_and_outputs(self, batch: InrBatch) -> tuple[Tensor, dict[str, Tensor]]:
         if batch.image is None:
             raise ValueError("InrEditing: the INR set has no images (imported with --images none); editing needs the "
                              "digits: import it again with --images full")
@@ -359,7 +362,7 @@ class InrEditing(EpochMetricTask):
         return nn.functional.mse_loss(prediction, target), {"prediction": prediction, "members": members,
                                                             "target": target}
 
-    def update_metrics(self, stage, outputs, batch):
+    def update_metrics(self, stage: str, outputs: dict[str, Tensor], batch: InrBatch) -> None:
         self.metrics(stage).update(outputs["prediction"], outputs["target"])
 
     def epoch_values(self, stage: str) -> dict[str, Tensor]:
@@ -385,12 +388,12 @@ class InrClassification(MetanetTask):
         self.readout = self.metanet.readout(num_classes)
         self.add_metrics(lambda stage: torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro"))
 
-    def loss_and_outputs(self, batch):
+    def loss_and_outputs(self, batch: InrBatch) -> tuple[Tensor, dict[str, Tensor]]:
         node, edge, context = self.features(batch.graph, batch.blocks, batch.facts)
         logits = self.readout(batch.graph, node, edge, context)
         return nn.functional.cross_entropy(logits, batch.label), {"logits": logits}
 
-    def update_metrics(self, stage, outputs, batch):
+    def update_metrics(self, stage: str, outputs: dict[str, Tensor], batch: InrBatch) -> None:
         self.metrics(stage)(outputs["logits"], batch.label)
         self.log(f"{stage}/accuracy", self.metrics(stage), on_epoch=True, on_step=False, batch_size=batch.size)
 
@@ -427,7 +430,7 @@ class WeightStatisticRegression(MetanetTask):
         self.readout = self.metanet.readout(num_weight_layers)
         self.add_metrics(lambda stage: torchmetrics.R2Score(num_weight_layers))
 
-    def loss_and_outputs(self, batch):
+    def loss_and_outputs(self, batch: MetanetBatch) -> tuple[Tensor, dict[str, Tensor]]:
         node, edge, context = self.features(batch.graph, batch.blocks, batch.facts)
         prediction = self.readout(batch.graph, node, edge, context)
         target = layer_norms(batch.graph, batch.blocks)
@@ -435,7 +438,7 @@ class WeightStatisticRegression(MetanetTask):
             raise ValueError(f"num_weight_layers={prediction.shape[1]} but the data has {target.shape[1]} weight layers")
         return nn.functional.mse_loss(prediction, target), {"prediction": prediction, "target": target}
 
-    def update_metrics(self, stage, outputs, batch):
+    def update_metrics(self, stage: str, outputs: dict[str, Tensor], batch: MetanetBatch) -> None:
         self.metrics(stage)(outputs["prediction"], outputs["target"])
         self.log(f"{stage}/r2", self.metrics(stage), on_epoch=True, on_step=False, batch_size=batch.size)
 
@@ -458,12 +461,12 @@ class GeneralizationPrediction(EpochMetricTask):
         self.add_metrics(lambda stage: torchmetrics.MetricCollection({
             "kendall_tau": torchmetrics.KendallRankCorrCoef(), "r2": torchmetrics.R2Score()}, prefix=f"{stage}/"))
 
-    def loss_and_outputs(self, batch):
+    def loss_and_outputs(self, batch: ZooBatch) -> tuple[Tensor, dict[str, Tensor]]:
         node, edge, context = self.features(batch.graph, batch.blocks, batch.facts)
         prediction = self.readout(batch.graph, node, edge, context).squeeze(-1)
         return nn.functional.mse_loss(prediction, batch.accuracy), {"prediction": prediction}
 
-    def update_metrics(self, stage, outputs, batch):
+    def update_metrics(self, stage: str, outputs: dict[str, Tensor], batch: ZooBatch) -> None:
         self.metrics(stage).update(outputs["prediction"].detach(), batch.accuracy)
 
 
@@ -473,7 +476,7 @@ def magnitude_prune_mask(graph, sparsity: float, context: Optional[GraphContext]
     Within each network and layer, the ``ceil((1 - sparsity) * n)`` largest ``|w|`` are kept;
     ties are resolved by a stable sort of the edge order (measure zero for real weights). The
     groups are counted on the graph's device, sized by the batch's
-    :class:`~neuralgraph.nn.context.GraphFacts` (``context``'s, else read from ``graph``).
+    :class:`~neuralgraph.graph.blocks.GraphFacts` (``context``'s, else read from ``graph``).
 
     Args:
         graph: MLP parameter graphs.
@@ -520,7 +523,7 @@ class EquivariantWeightPrediction(MetanetTask):
         self.edge_head = nn.Linear(self.metanet.hidden_dim, 1)
         self.add_metrics(lambda stage: torchmetrics.classification.BinaryAccuracy())
 
-    def loss_and_outputs(self, batch):
+    def loss_and_outputs(self, batch: MetanetBatch) -> tuple[Tensor, dict[str, Tensor]]:
         node, edge, context = self.features(batch.graph, batch.blocks, batch.facts)
         if self.metanet.scaling == "sign":
             edge = scaling_invariant(edge, "sign")
@@ -529,6 +532,6 @@ class EquivariantWeightPrediction(MetanetTask):
         loss = nn.functional.binary_cross_entropy_with_logits(logits, target)
         return loss, {"logits": logits, "target": target}
 
-    def update_metrics(self, stage, outputs, batch):
+    def update_metrics(self, stage: str, outputs: dict[str, Tensor], batch: MetanetBatch) -> None:
         self.metrics(stage)(outputs["logits"].sigmoid(), outputs["target"].long())
         self.log(f"{stage}/accuracy", self.metrics(stage), on_epoch=True, on_step=False, batch_size=batch.size)

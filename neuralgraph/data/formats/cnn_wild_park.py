@@ -30,12 +30,16 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
+from neuralgraph.data.formats.protocol import Option
 from neuralgraph.data.formats.source import SourceError, load_tensors
 from neuralgraph.data.shards import DatasetError
 from neuralgraph.graph import ParameterGraph, activation_codes, blocks_to_graph
 
+NAME = "cnn-wild-park"
 KIND = "mixed-cnn-zoo"
 SPLITS_FILE = "cnn_park_splits.json"
+OPTIONS = (Option("splits_file", Path, None, f"neural-graphs' JSON split file (without one, SRC/{SPLITS_FILE})",
+                  metavar="FILE", flag="--splits"),)
 SPLITS = ("train", "val", "test")
 SPLIT_COLUMNS = ("path", "score", "step")
 CONFIG_KEYS = ("n_layers", "n_classes", "channels", "kernel_size", "stride", "padding", "residual", "activation")
@@ -110,20 +114,32 @@ class ParkEntry:
     listed_in: Path
 
 
+@dataclass(frozen=True)
+class ParkSource:
+    """The checkpoints a split file lists, split by split.
+
+    Attributes:
+        root: the Wild Park folder.
+        splits: split -> its checkpoints, in the split file's order.
+    """
+
+    root: Path
+    splits: dict[str, list[ParkEntry]]
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def scan(src: Path, splits_file: Optional[Path] = None, **_) -> dict[str, list[ParkEntry]]:
+def scan(src: Path, splits_file: Optional[Path] = None) -> ParkSource:
     """The entries of each split, in the split file's order; a listed file that is not there is an error.
 
     Args:
         src: the Wild Park folder.
         splits_file: the split file (default: ``SPLITS_FILE`` in ``src``).
-        **_: options of other formats, not used.
 
     Returns:
-        The entries by split.
+        The :class:`ParkSource`.
     """
     path = Path(splits_file) if splits_file is not None else src / SPLITS_FILE
     try:
@@ -155,9 +171,10 @@ def scan(src: Path, splits_file: Optional[Path] = None, **_) -> dict[str, list[P
                 raise SourceError(f"{path}: lists {listed} ('{split}.path[{k}]'), which is not a file under {src}")
             files[(split, k)] = file
     runs = {run: n for n, run in enumerate(sorted({file.parent.parent for file in files.values()}))}
-    return {split: [ParkEntry(files[(split, k)], float(score), int(step), runs[files[(split, k)].parent.parent], path)
-                    for k, (score, step) in enumerate(zip(column["score"], column["step"]))]
-            for split, column in columns.items()}
+    return ParkSource(src, {split: [ParkEntry(files[(split, k)], float(score), int(step),
+                                              runs[files[(split, k)].parent.parent], path)
+                                    for k, (score, step) in enumerate(zip(column["score"], column["step"]))]
+                            for split, column in columns.items()})
 
 
 def _int_list(config: dict, key: str, length: int, file: Path, minimum: int) -> tuple[int, ...]:
@@ -270,7 +287,7 @@ def _check_target(checkpoint: dict, entry: ParkEntry) -> None:
                           f"{entry.step}: the split file was not written from this checkpoint")
 
 
-def read(entry: ParkEntry) -> tuple[WildParkArchitecture, list[Tensor]]:
+def read_checkpoint(entry: ParkEntry) -> tuple[WildParkArchitecture, list[Tensor]]:
     """The architecture and parameters of one checkpoint, read with ``weights_only=True`` and checked.
 
     Args:
@@ -293,13 +310,27 @@ def read(entry: ParkEntry) -> tuple[WildParkArchitecture, list[Tensor]]:
 LAYER_FIELDS = ("channels", "kernel", "stride", "padding", "residual", "activation")
 
 
-def shard_tensors(entries: Sequence[ParkEntry], advance: Callable[[int], object]) -> dict[str, Tensor]:
+def folder_settings(source: ParkSource) -> dict:
+    """The manifest's description of the networks: of mixed layouts, their edge features, activations and architecture.
+
+    Args:
+        source: the Wild Park.
+
+    Returns:
+        ``mixed_layouts``, ``edge_features``, ``choices`` and ``architecture`` of the folder's manifest.
+    """
+    return {"mixed_layouts": True, "edge_features": EDGE_FEATURES, "choices": {"activation": list(ACTIVATIONS)},
+            "architecture": ARCHITECTURE}
+
+
+def read(source: ParkSource, entries: Sequence[ParkEntry], advance: Callable[[int], object]) -> dict[str, Tensor]:
     """The shard of ``entries``: each network's parameters concatenated in state-dict order
     (``parameters``, ``parameter_count`` per network), its architecture one row per convolution
     (``layer_*``, ``conv_layers`` per network; activations as :data:`ACTIVATIONS` indices), its
     ``test_accuracy`` (the split file's score), ``epoch`` (its step) and ``network`` (its run).
 
     Args:
+        source: the Wild Park (each entry names its own checkpoint file).
         entries: the shard's checkpoints.
         advance: called with 1 after each checkpoint is read (a progress bar's ``update``).
 
@@ -308,7 +339,7 @@ def shard_tensors(entries: Sequence[ParkEntry], advance: Callable[[int], object]
     """
     flat, counts, rows, networks = [], [], {field: [] for field in LAYER_FIELDS}, []
     for entry in entries:
-        architecture, parameters = read(entry)
+        architecture, parameters = read_checkpoint(entry)
         flat += [p.flatten() for p in parameters]
         counts.append(sum(p.numel() for p in parameters))
         a = architecture
@@ -380,6 +411,18 @@ class WildParkNetworks:
 
     def graph(self, k: int) -> ParameterGraph:
         return park_graph(*self.parameters(k))
+
+
+def networks(tensors: dict[str, Tensor]) -> WildParkNetworks:
+    """The networks of a folder's split, as its reader (``CnnZooDataset``) gets them.
+
+    Args:
+        tensors: the split's shard tensors, concatenated key by key, each shard checked by :func:`check_shard`.
+
+    Returns:
+        Their :class:`WildParkNetworks`.
+    """
+    return WildParkNetworks(tensors)
 
 
 # -- the network and its graph ------------------------------------------------------------------

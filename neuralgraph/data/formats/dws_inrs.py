@@ -21,9 +21,17 @@ from typing import Optional
 
 from torch import Tensor
 
+from neuralgraph.data.formats.protocol import Option
 from neuralgraph.data.formats.source import InrEntry, SourceError, linear_layers, load_tensors, natural_key, unused_keys
 
+NAME = "dws-inrs"
 KIND = "inr"
+OPTIONS = (
+    Option("splits_file", Path, None, "DWSNets' JSON split file (without one, the folder names give the split)",
+           metavar="FILE", flag="--splits"),
+    Option("split_seed", int, 0, "the seed of the validation digits when there is no split file "
+                                 "(neuralgraph.data.generate.val_indices, as make-inrs splits)"),
+)
 CONVENTION = {"w0": 30.0, "output_offset": 0.5, "output_scale": 1.0, "grid": "xy", "init": "dws"}
 FOLDER = re.compile(r"^mnist_png_(training|testing)_(\d+)_(\d+)$")
 MNIST_SPLIT = {"training": "train", "testing": "test"}
@@ -66,14 +74,13 @@ def _resolve(name: str, src: Path, splits_file: Path) -> Path:
     raise SourceError(f"{splits_file}: lists {name}, which is not under {src} (tried {', '.join(map(str, candidates))})")
 
 
-def scan(src: Path, splits_file: Optional[Path] = None, split_seed: int = 0, **_) -> dict[str, list[InrEntry]]:
+def scan(src: Path, splits_file: Optional[Path] = None, split_seed: int = 0) -> dict[str, list[InrEntry]]:
     """The INRs of each split, in the split file's order (else by folder name).
 
     Args:
         src: the source folder.
         splits_file: a JSON split file, or ``None`` to split by folder name.
         split_seed: the seed of the validation split without a split file.
-        **_: options of other formats, not used.
 
     Returns:
         The entries by split.

@@ -21,12 +21,19 @@ from typing import Optional, Sequence
 
 from torch import Tensor
 
+from neuralgraph.data.formats.protocol import Option
 from neuralgraph.data.formats.source import InrEntry, SourceError, linear_layers, load_tensors, unused_keys
 
+NAME = "nfn-sirens"
 KIND = "inr"
 CONVENTION = {"w0": 30.0, "output_offset": 0.5, "output_scale": 0.5, "grid": "ij", "init": "siren"}
 PREFIX = "randinit_smaller"
 SPLIT_POINTS = (45000, 50000)
+OPTIONS = (
+    Option("prefix", str, PREFIX, "folder prefix of the base set"),
+    Option("augmented", int, 0, "also import the training INRs of {prefix}_aug0 .. aug{N-1}"),
+    Option("split_points", int, SPLIT_POINTS, "first index of val and of test", nargs=2, metavar=("VAL", "TEST")),
+)
 MNIST_TRAIN_SIZE = 60000
 NET = re.compile(r"^net(\d+)\.pth$")
 
@@ -68,8 +75,8 @@ def _entry(idx: int, path: Path, label: int, copy: int = 0) -> InrEntry:
     return InrEntry(path, label, mnist_split, mnist_index, copy)
 
 
-def scan(src: Path, prefix: str = PREFIX, augmented: int = 0, split_points: Sequence[int] = SPLIT_POINTS,
-         **_) -> dict[str, list[InrEntry]]:
+def scan(src: Path, prefix: str = PREFIX, augmented: int = 0,
+         split_points: Sequence[int] = SPLIT_POINTS) -> dict[str, list[InrEntry]]:
     """The INRs of each split in index order; ``augmented`` copies of each training INR after the base set.
 
     Args:
@@ -77,11 +84,14 @@ def scan(src: Path, prefix: str = PREFIX, augmented: int = 0, split_points: Sequ
         prefix: the folder name of the base set.
         augmented: augmented copies per training INR to add.
         split_points: ``(val, test)``, the indices where the validation and test splits start.
-        **_: options of other formats, not used.
 
     Returns:
         The entries by split.
     """
+    if augmented < 0:
+        raise SourceError(f"augmented {augmented}: expected 0 or more augmented copies")
+    if len(split_points) != 2:
+        raise SourceError(f"split points {tuple(split_points)}: expected two, (val, test)")
     val_point, test_point = split_points
     if not 0 < val_point <= test_point:
         raise SourceError(f"split points {tuple(split_points)}: expected 0 < val <= test")

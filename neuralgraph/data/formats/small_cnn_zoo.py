@@ -22,22 +22,35 @@ from __future__ import annotations
 
 import ast
 import csv
+import functools
 import gzip
 import io
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from neuralgraph.data.formats.protocol import Option
 from neuralgraph.data.formats.source import SourceError
 
+NAME = "small-cnn-zoo"
 KIND = "cnn-zoo"
 FINAL_STEP = 86
+STEPS = (FINAL_STEP,)
 ORDER_HEADERS = ("data", "header")
+OPTIONS = (
+    Option("splits_file", Path, None, "NFN's *_split.csv order file (without one, the rows' own order)",
+           metavar="FILE", flag="--splits"),
+    Option("steps", int, STEPS, "checkpoints (metrics.csv.gz 'step') to keep", nargs="+"),
+    Option("activations", str, None, "keep networks of these config.activation values (e.g. relu); all without",
+           nargs="+"),
+    Option("order_header", str, "data", "the order file's first line '0' read as a row index, as NFN reads it "
+                                        "(data), or skipped (header)", choices=ORDER_HEADERS),
+)
 METRICS = ("test_accuracy", "test_loss", "train_accuracy", "train_loss")
 ARCHITECTURE = {"kernel": 3, "stride": 2, "padding": "valid", "pooling": "global_average", "source": "keras"}
 
@@ -79,6 +92,11 @@ class ZooSource:
     def layout(self) -> tuple[int, ...]:
         shapes = [layer.kernel[1] for layer in self.layers]
         return (shapes[0][-2], *(shape[-1] for shape in shapes))
+
+    @functools.cached_property
+    def network_ids(self) -> dict[str, int]:
+        """One id per ``modeldir`` (a network's checkpoints share it), in sorted order."""
+        return {name: k for k, name in enumerate(sorted(set(self.metrics["modeldir"].tolist())))}
 
 
 def _read_layout(path: Path) -> list[ZooLayer]:
@@ -174,8 +192,8 @@ def nfn_split(count: int) -> dict[str, list[int]]:
     return {"train": trainval[:val_point], "val": trainval[val_point:], "test": list(range(test_point, count))}
 
 
-def scan(src: Path, splits_file: Optional[Path] = None, steps: Sequence[int] = (FINAL_STEP,),
-         activations: Optional[Sequence[str]] = None, order_header: str = "data", **_) -> ZooSource:
+def scan(src: Path, splits_file: Optional[Path] = None, steps: Sequence[int] = STEPS,
+         activations: Optional[Sequence[str]] = None, order_header: str = "data") -> ZooSource:
     """The zoo at ``src``, split as NFN splits it; ``activations`` keeps those networks only.
 
     Args:
@@ -185,7 +203,6 @@ def scan(src: Path, splits_file: Optional[Path] = None, steps: Sequence[int] = (
         activations: the activations kept, or ``None`` for all.
         order_header: ``"data"`` (the order file's first line is a row, as NFN reads it) or
             ``"header"`` (it is skipped); module docstring.
-        **_: options of other formats, not used.
 
     Returns:
         The :class:`ZooSource`.
@@ -243,3 +260,55 @@ def read_rows(source: ZooSource, rows: np.ndarray) -> tuple[list[Tensor], list[T
         weights.append(kernel.contiguous())
         biases.append(torch.from_numpy(np.ascontiguousarray(block[:, bias_columns])))
     return weights, biases
+
+
+def folder_settings(source: ZooSource) -> dict:
+    """The manifest's description of the zoo's networks, once the source is checked to be the Small CNN
+    Zoo's: three 3x3 convolutions and a dense layer, activations among the CNN-zoo folder's.
+
+    Args:
+        source: the zoo.
+
+    Returns:
+        ``channels``, ``layout``, ``choices`` and ``architecture`` of the folder's manifest.
+    """
+    from neuralgraph.data.cnn_zoo import ACTIVATIONS, LAYERS
+
+    if len(source.layers) != len(LAYERS) or any(len(l.kernel[1]) != 4 for l in source.layers[:-1]):
+        raise SourceError(f"{source.root / 'layout.csv'}: {len(source.layers)} layers; the Small CNN Zoo has three "
+                          f"3x3 convolutions and a dense layer ({', '.join(LAYERS)})")
+    unknown = sorted(set(source.metrics["config.activation"].tolist()) - set(ACTIVATIONS))
+    if unknown:
+        raise SourceError(f"{source.root / 'metrics.csv.gz'}: config.activation {unknown[0]!r} is none of {ACTIVATIONS}")
+    layout = source.layout
+    return {"channels": layout[1], "layout": list(layout), "choices": {"activation": list(ACTIVATIONS)},
+            "architecture": {**ARCHITECTURE, "layers": [l.name for l in source.layers]}}
+
+
+def read(source: ZooSource, rows: np.ndarray, advance: Callable[[int], object]) -> dict[str, Tensor]:
+    """One shard of a CNN-zoo folder: the networks at ``rows``, their metrics, epoch (step), network
+    (``modeldir``), row of ``weights.npy`` and activation (an index into the folder's choices).
+
+    Args:
+        source: the zoo, checked by :func:`folder_settings`.
+        rows: row numbers of ``weights.npy``.
+        advance: called with the number of rows once they are read (a progress bar's ``update``).
+
+    Returns:
+        The shard's tensors by name.
+    """
+    from neuralgraph.data.cnn_zoo import ACTIVATIONS, LAYERS
+
+    weights, biases = read_rows(source, rows)
+    tensors = {}
+    for name, w, b in zip(LAYERS, weights, biases):
+        tensors[f"{name}.weight"], tensors[f"{name}.bias"] = w, b
+    metrics = source.metrics
+    tensors.update({column: torch.from_numpy(metrics[column][rows].astype(np.float32)) for column in METRICS})
+    tensors["epoch"] = torch.from_numpy(metrics["step"][rows].astype(np.int64))
+    tensors["network"] = torch.tensor([source.network_ids[m] for m in metrics["modeldir"][rows]], dtype=torch.int64)
+    tensors["row"] = torch.from_numpy(rows.astype(np.int64))
+    tensors["activation"] = torch.tensor([ACTIVATIONS.index(a) for a in metrics["config.activation"][rows]],
+                                         dtype=torch.int64)
+    advance(len(rows))
+    return {key: value.contiguous() for key, value in tensors.items()}
