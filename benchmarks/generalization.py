@@ -29,15 +29,18 @@ count nearest GMN's at hidden 64 and 3 layers, within the metanetwork's declared
 * ScaleGMN and ScaleGMN-B are equivariant to the scaling group of one activation (sign flips for
   tanh, positive rescalings for ReLU): on the mixed zoo that group is wrong for half the networks,
   so they run on the zoo's tanh networks (``scalegmn_tanh``, ``scalegmn_b_tanh``), beside GMN on the
-  same subset (``gmn_tanh``).
+  same subset (``gmn_tanh``);
+* the probing baselines ``probegen`` and ``probe`` (``neuralgraph.nn.probegen``: learned input images
+  through the ZooNetwork each graph rebuilds), at their reference code's settings.
 
 Protocols:
 
-* ``cpu``: the zoo of :data:`PROTOCOLS` ``["cpu"]["zoo"]`` (2,000 networks trained 3 epochs on the
-  first 1,000 MNIST training images, docs/cnn_zoo.md says why), checkpoint at epoch 3 imported:
-  800/200/1,000 train/val/test networks (tanh subset about half); every system 10 epochs, batch 32,
-  seed 0 (fast systems first), then seeds 1 and 2. On one thread of the 2-core AMD EPYC shared with
-  another job, GMN took 2.5 min, StatNN and the weight-space models under 1, NG-GNN and NG-T longest.
+* ``cpu``: the Small-CNN-Zoo preset at CPU scale of docs/cnn_zoo.md (``make-cnn-zoo --preset
+  small-cnn-zoo --networks 192 --epochs 0 1 2 3 20``: the recipe's 60,000 images, batch 512 and
+  hyperparameter distribution; 28 min on the 2-core Xeon), imported at checkpoints 1, 2, 3 and 20:
+  768 entries, NFN's positional split over rows that are network-major, so the 96 test networks
+  (384 entries) have no checkpoint in train or val (train and val share networks: 307/77 entries).
+  Every system 50 epochs, batch 32, seed 0 (fast systems first), then seeds 1 and 2.
 * ``smoke``: 16 networks trained on the embedded MNIST subset, width 8, 1 layer, 1 epoch: plumbing only.
 """
 from __future__ import annotations
@@ -53,7 +56,7 @@ from neuralgraph.bench.benchmark import write_fit_config
 from neuralgraph.bench.runner import benchmark_configs
 from neuralgraph.bench.machine import cpu_description
 from neuralgraph.bench.published import CIFAR10_GS_TAU
-from neuralgraph.bench.tables import EPOCHS, HIDDEN_DIM, PARAMETERS, SYSTEM, published_column, seeds_column, wall_column
+from neuralgraph.bench.tables import EPOCHS, FLOPS, HIDDEN_DIM, PARAMETERS, SYSTEM, published_column, seeds_column, wall_column
 from neuralgraph.bench.widths import (BUDGET_TOLERANCE, REFERENCE, budget_options, budget_tolerance, matched_width,
                                        plan_order, readout_parameters)
 from neuralgraph.nn import METANETS
@@ -68,7 +71,13 @@ SYSTEMS = {
     "scalegmn_tanh": ("scalegmn", {"network_activation": "tanh"}, "tanh"),
     "scalegmn_b_tanh": ("scalegmn_b", {"network_activation": "tanh"}, "tanh"),
     "gmn_tanh": ("gmn", {}, "tanh"),
+    "probegen": ("probegen", {"network": "cnn_zoo"}, None),
+    "probe": ("probe", {"network": "cnn_zoo"}, None),
 }
+# the probing baselines run at their reference code's settings (neuralgraph/nn/probegen.py: 128 probes, a
+# classifier of width 256, Adam at 3e-4 without weight decay or input normalisation), not at GMN's budget
+PROBING = {"probegen", "probe"}
+PROBING_TASK = {"lr": 3.0e-4, "weight_decay": 0.0, "normalize_inputs": False}
 # registered metanetworks that do not run on the mixed zoo, and why (a line of the table)
 REFUSED = {name: "equivariant to one activation's scaling group; the zoo mixes relu and tanh "
                  f"(run on the tanh networks: {name}_tanh)"
@@ -76,20 +85,23 @@ REFUSED = {name: "equivariant to one activation's scaling group; the zoo mixes r
 
 # the cpu protocol's order: the registry's, the architectures declared slow (NG-GNN and NG-T, about 1 min an
 # epoch on one thread) last
+EPOCHS_CPU = 50
 CPU_ORDER = plan_order(tuple(SYSTEMS), lambda system: SYSTEMS[system][0])
 
 PROTOCOLS = {
     "cpu": {
         "plan": ((CPU_ORDER, (0,)), (CPU_ORDER, (1, 2))),
-        "zoo": {"networks": 2000, "checkpoint_epochs": [1, 3], "train_size": 1000, "test_size": 500,
-                "batch_size": 32, "shard_size": 64, "seed": 0, "source": "full"},
-        "trainer": {"max_epochs": 10},
+        "zoo": {"networks": 192, "checkpoint_epochs": [0, 1, 2, 3, 20], "train_size": 60000, "test_size": 10000,
+                "batch_size": 512, "shard_size": 64, "seed": 0, "source": "full"},
+        "steps": [1, 2, 3, 20],
+        "trainer": {"max_epochs": EPOCHS_CPU},
         "batch_size": 32,
     },
     "smoke": {
         "plan": ((tuple(SYSTEMS), (0,)),),
         "zoo": {"networks": 16, "checkpoint_epochs": [1, 2], "train_size": 200, "test_size": 60,
                 "batch_size": 8, "shard_size": 8, "seed": 0, "source": "embedded"},
+        "steps": [2],
         "trainer": {"max_epochs": 1},
         "batch_size": 4,
         "metanet_config": {"hidden_dim": 8, "num_layers": 1},
@@ -129,6 +141,8 @@ def budget_config(system: str) -> dict:
     options at the width whose model is nearest GMN's at hidden 64 on the mixed zoo (within its declared
     ``budget_tolerance``)."""
     metanet, options, subset = SYSTEMS[system]
+    if system in PROBING:
+        return {**options, "dropout": 0.0}
     return matched_width(system, metanet, options, reference_parameters(),
                          count=lambda name, config: model_parameters(name, config, subset_activations(subset)))
 
@@ -137,11 +151,13 @@ def write_configs() -> list[Path]:
     """``configs/benchmarks/generalization/<system>.yaml`` for every system, at the matched width."""
     return [write_fit_config(
         CONFIGS / f"{system}.yaml",
-        f"# Generalization prediction (benchmarks/generalization.py): {system} at GMN's hidden-64 budget"
+        f"# Generalization prediction (benchmarks/generalization.py): {system} "
+        + ("at its reference settings (not a parameter budget)" if system in PROBING else "at GMN's hidden-64 budget")
         + ("" if subset is None else f", on the zoo's {subset} networks") + ".\n"
         "# The zoo: neuralgraph make-cnn-zoo --preset small-cnn-zoo, imported with "
         "neuralgraph import-dataset small-cnn-zoo (docs/benchmarks.md).\n",
-        "neuralgraph.training.tasks.GeneralizationPrediction", {"metanet": metanet, "metanet_config": budget_config(system)},
+        "neuralgraph.training.tasks.GeneralizationPrediction",
+        {"metanet": metanet, "metanet_config": budget_config(system), **(PROBING_TASK if system in PROBING else {})},
         "neuralgraph.training.cnn_zoo_datamodule.CnnZooDataModule",
         {"root": "data/small_cnn_zoo_cpu-" + ("imported" if subset is None else subset), "batch_size": 32},
         {"max_epochs": PROTOCOLS["cpu"]["trainer"]["max_epochs"], "default_root_dir": f"runs/benchmarks/generalization/{system}"})
@@ -156,11 +172,10 @@ def prepare_zoo(protocol: dict, zoo: Path, subsets: set) -> dict:
     settings = protocol["zoo"]
     make_small_cnn_zoo(zoo, PresetSettings(**{**settings, "checkpoint_epochs": tuple(settings["checkpoint_epochs"])}),
                        progress=False)
-    last = settings["checkpoint_epochs"][-1]
     folders = {}
     for subset in sorted(subsets, key=str):
         out = zoo.with_name(zoo.name + "-" + ("imported" if subset is None else subset))
-        import_dataset("small-cnn-zoo", zoo, out, steps=(last,), progress=False,
+        import_dataset("small-cnn-zoo", zoo, out, steps=tuple(protocol["steps"]), progress=False,
                        **({} if subset is None else {"activations": [subset]}))
         folders[subset] = out
     return folders
@@ -197,8 +212,10 @@ def training_paragraph(report) -> str:
             "tested at its best-validation checkpoint (lowest validation MSE); mean ± std over seeds (n); every "
             "system at the width whose model (metanetwork + readout) is nearest GMN's at hidden 64, within 5% ("
             + ", ".join(f"{name} {budget_tolerance(metanet):.0%}" for name, (metanet, _, _) in SYSTEMS.items()
-                        if budget_tolerance(metanet) != BUDGET_TOLERANCE)
-            + ": their counts move in coarser steps)"
+                        if name not in PROBING and budget_tolerance(metanet) != BUDGET_TOLERANCE)
+            + ": their counts move in coarser steps); the probing baselines (probegen, probe) at their reference "
+            "code's settings instead (128 probes, a classifier of width 256, Adam at 3e-4, no weight decay), for the "
+            "same epochs"
             + (f"; this protocol overrides {protocol['metanet_config']}" if "metanet_config" in protocol else "")
             + f". CPU: {cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.")
 
@@ -206,7 +223,7 @@ def training_paragraph(report) -> str:
 BENCHMARK = Benchmark(
     name="generalization", title="Generalization prediction on a Small-CNN-Zoo-format MNIST zoo", doc=__doc__,
     script=__file__, protocols=PROTOCOLS, systems=tuple(SYSTEMS), configs="generalization",
-    recorded=("zoo", "batch_size", "trainer"), system_settings=lambda system: {"subset": SYSTEMS[system][2]},
+    recorded=("zoo", "steps", "batch_size", "trainer"), system_settings=lambda system: {"subset": SYSTEMS[system][2]},
     data=Data(option="--zoo", default="data/small_cnn_zoo_{protocol}",
               help="preset zoo folder (default: data/small_cnn_zoo_<protocol>)",
               prepare=lambda protocol, zoo, systems: prepare_zoo(protocol, zoo, {SYSTEMS[s][2] for s in systems} | {None}),
@@ -221,8 +238,8 @@ BENCHMARK = Benchmark(
            "reference, not as a target these numbers should reach."],
     columns=(SYSTEM, seeds_column("Kendall tau", "kendall_tau"), seeds_column("R^2", "r2"),
              published_column("published tau, CIFAR10-GS (other dataset)", CIFAR10_GS_TAU, 2, ".3f"),
-             PARAMETERS, HIDDEN_DIM, EPOCHS, wall_column(), Column("threads", lambda group: group.runs[0]["threads"])),
-    extra_rows=lambda report: [[f"{name} (every network)", f"not run: {reason}", *[None] * 7]
+             PARAMETERS, FLOPS, HIDDEN_DIM, EPOCHS, wall_column(), Column("threads", lambda group: group.runs[0]["threads"])),
+    extra_rows=lambda report: [[f"{name} (every network)", f"not run: {reason}", *[None] * 8]
                                for name, reason in REFUSED.items()],
 )
 

@@ -1,15 +1,16 @@
-"""Generalization prediction on a zoo of small ViTs: Kendall's tau and R^2 of GMN, NG-GNN, NG-T and StatNN.
+"""Generalization prediction on a zoo of small ViTs: Kendall's tau and R^2 of the metanetworks, StatNN and probing.
 
     python benchmarks/transformer_zoo.py --protocol smoke|cpu [--archs ...] [--seeds 0 1 2] [--zoo DIR]
     python benchmarks/transformer_zoo.py --write-configs     # configs/benchmarks/transformer_zoo/<system>.yaml
 
-The zoo is ``neuralgraph make-transformer-zoo`` (docs/transformer_zoo.md: ViT-style MNIST
-classifiers of 1-2 pre-norm blocks, 2-4 heads, GELU or SiLU MLPs, hyperparameters sampled per
-network, checkpoints at several epochs), written here when its folder is missing or unfinished
-(resumable). Every entry is read as the general parameter graph of ``module_to_graph`` (LayerNorm,
-attention heads, positional embedding: docs/architectures.md), so the metanetworks see graphs of
-two depths with skip, norm, attention and position edges, and StatNN the statistics of every node
-layer's parameters (``general=True``).
+The zoo is ``neuralgraph make-transformer-zoo --recipe small-transformer-zoo`` (docs/transformer_zoo.md:
+the Small Transformer Zoo's MNIST recipe of Transformer-NFN, ViTs of 2 pre-norm blocks, 2 heads, width
+32, its grid of optimizer, learning rate, initialisation std, L2, training fraction and dropout,
+checkpoints at several epochs), written here when its folder is missing or unfinished (resumable).
+Every entry is read as the general parameter graph of ``module_to_graph`` (LayerNorm, attention
+heads, positional embedding: docs/architectures.md), so the metanetworks see graphs with skip,
+norm, attention and position edges, and StatNN the statistics of every node layer's parameters
+(``general=True``).
 
 Each (system, seed) is one ``neuralgraph fit`` of ``GeneralizationPrediction`` (MSE on the test
 accuracy) in a subprocess, tested at its best-validation checkpoint, with the resumable
@@ -20,12 +21,15 @@ GMN's at hidden 64 and 3 layers on the zoo's graphs, within 5%.
 
 Protocols:
 
-* ``cpu``: the zoo's default settings (512 networks x 3 checkpoints, 2,000 MNIST training images),
-  its network-level split (70/15/15%), every system 10 epochs, batch 32, seed 0, then seeds 1-2.
+* ``cpu``: the recipe at CPU scale (docs/transformer_zoo.md): 96 networks on all 60,000 MNIST
+  training images (each its fraction), batch 128, 6 epochs of the recipe's warmup-cosine schedule
+  scaled to them, checkpoints after epochs 1, 3, 5 and 6 (the recipe's 1, 50, 75, 100 of 100, scaled);
+  the zoo's network-level split (70/15/15%); every system 50 epochs, batch 32, seed 0, then seeds 1-2.
 * ``smoke``: 8 networks on the embedded MNIST subset, width 8, 1 layer, 1 epoch: plumbing only.
 
 Anchor: Transformer-NFN's Small Transformer Zoo (MNIST and AGNews ViT/transformer zoos, their Kendall
-tau tables); that zoo is larger and differently made, so its numbers are not a column here.
+tau tables); that zoo is far larger (tens of thousands of networks, 100 epochs each), so its numbers
+are not a column here.
 """
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ from neuralgraph.bench import Benchmark, Column, Data, main
 from neuralgraph.bench.benchmark import write_fit_config
 from neuralgraph.bench.runner import benchmark_configs
 from neuralgraph.bench.machine import cpu_description
-from neuralgraph.bench.tables import EPOCHS, HIDDEN_DIM, PARAMETERS, SYSTEM, seeds_column, wall_column
+from neuralgraph.bench.tables import EPOCHS, FLOPS, HIDDEN_DIM, PARAMETERS, SYSTEM, seeds_column, wall_column
 from neuralgraph.bench.widths import REFERENCE, budget_options, matched_width, plan_order, readout_parameters
 from neuralgraph.nn import METANETS
 
@@ -49,20 +53,29 @@ CONFIGS = benchmark_configs(ROOT, "transformer_zoo")
 # StatNN and every registered metanetwork that reads general parameter graphs (its declared
 # reads_general_graphs): system -> options beside the width
 SYSTEMS = {"statnn": {"num_layers": 2, "dropout": 0.0},
-           **{name: budget_options(name) for name, cls in METANETS.items() if cls.reads_general_graphs}}
+           **{name: budget_options(name) for name, cls in METANETS.items() if cls.reads_general_graphs},
+           "probegen": {"network": "transformer_zoo", "dropout": 0.0},
+           "probe": {"network": "transformer_zoo", "dropout": 0.0}}
+# the probing baselines run at their reference code's settings (neuralgraph/nn/probegen.py: 128 probes, a
+# classifier of width 256, Adam at 3e-4 without weight decay or input normalisation), not at GMN's budget
+PROBING = {"probegen", "probe"}
+PROBING_TASK = {"lr": 3.0e-4, "weight_decay": 0.0, "normalize_inputs": False}
 ORDER = plan_order(tuple(SYSTEMS))
+RECIPE = "small-transformer-zoo"  # the cpu protocol's zoo, whose networks the configs are matched on
+EPOCHS_CPU = 50
 
 PROTOCOLS = {
     "cpu": {
         "plan": ((ORDER, (0,)), (ORDER, (1, 2))),
-        "zoo": {},  # TransformerZooSettings' defaults
-        "trainer": {"max_epochs": 10},
+        "zoo": {"recipe": RECIPE, "networks": 96, "checkpoint_epochs": [1, 3, 5, 6], "train_size": 60000,
+                "test_size": 10000, "batch_size": 128, "shard_size": 48},
+        "trainer": {"max_epochs": EPOCHS_CPU},
         "batch_size": 32,
     },
     "smoke": {
         "plan": ((ORDER, (0,)),),
-        "zoo": {"networks": 8, "checkpoint_epochs": [1, 2], "train_size": 128, "test_size": 64, "batch_size": 32,
-                "shard_size": 8, "source": "embedded"},
+        "zoo": {"recipe": RECIPE, "networks": 8, "checkpoint_epochs": [1, 2], "train_size": 128, "test_size": 64,
+                "batch_size": 32, "shard_size": 8, "source": "embedded"},
         "trainer": {"max_epochs": 1},
         "batch_size": 4,
         "metanet_config": {"hidden_dim": 8, "num_layers": 1},
@@ -76,13 +89,15 @@ def zoo_spec():
     through the layer embeddings, and on the edge features)."""
     from torch_geometric.data import Batch
 
-    from neuralgraph.data.transformer_zoo import ARCHITECTURE, ZooViT
+    from neuralgraph.data.transformer_zoo import RECIPES, ZooViT
     from neuralgraph.graph import GraphSpec, module_to_graph
 
-    size = ARCHITECTURE["image_size"]
+    recipe = RECIPES[RECIPE]
+    size = recipe.architecture["image_size"]
     probe = torch.randn(2, 1, size, size)
-    graphs = [module_to_graph(ZooViT(**ARCHITECTURE, depth=depth, heads=heads).eval(), example_input=probe)
-              for depth, heads in ((1, 2), (2, 4))]
+    graphs = [module_to_graph(ZooViT(**recipe.architecture, depth=depth, heads=heads, mlp_dim=mlp_dim,
+                                     activation=recipe.choices["activation"][0]).eval(), example_input=probe)
+              for depth in recipe.depths for heads in recipe.heads for mlp_dim in recipe.mlp_dims]
     return GraphSpec.of(Batch.from_data_list(graphs))
 
 
@@ -92,6 +107,8 @@ def model_parameters(metanet: str, config: dict) -> int:
 
 
 def budget_config(system: str) -> dict:
+    if system in PROBING:
+        return dict(SYSTEMS[system])
     return matched_width(system, system, SYSTEMS[system], model_parameters(*REFERENCE), count=model_parameters)
 
 
@@ -99,12 +116,15 @@ def write_configs() -> list[Path]:
     """``configs/benchmarks/transformer_zoo/<system>.yaml`` for every system, at the matched width."""
     return [write_fit_config(
         CONFIGS / f"{system}.yaml",
-        f"# Generalization prediction on the transformer zoo (benchmarks/transformer_zoo.py): {system} at "
-        "GMN's hidden-64 budget on the zoo's graphs.\n"
-        "# The zoo: neuralgraph make-transformer-zoo --out data/transformer_zoo (docs/transformer_zoo.md).\n",
-        "neuralgraph.training.tasks.GeneralizationPrediction", {"metanet": system, "metanet_config": budget_config(system)},
+        f"# Generalization prediction on the transformer zoo (benchmarks/transformer_zoo.py): {system} "
+        + ("at its reference settings (not a parameter budget).\n" if system in PROBING
+           else "at GMN's hidden-64 budget on the zoo's graphs.\n")
+        + "# The zoo: neuralgraph make-transformer-zoo --recipe small-transformer-zoo "
+        "--out data/small_transformer_zoo_cpu (docs/transformer_zoo.md).\n",
+        "neuralgraph.training.tasks.GeneralizationPrediction",
+        {"metanet": system, "metanet_config": budget_config(system), **(PROBING_TASK if system in PROBING else {})},
         "neuralgraph.training.transformer_zoo_datamodule.TransformerZooDataModule",
-        {"root": "data/transformer_zoo", "batch_size": 32},
+        {"root": "data/small_transformer_zoo_cpu", "batch_size": 32},
         {"max_epochs": PROTOCOLS["cpu"]["trainer"]["max_epochs"], "default_root_dir": f"runs/benchmarks/transformer_zoo/{system}"})
         for system in SYSTEMS]
 
@@ -138,7 +158,8 @@ def training_paragraph(report) -> str:
     return (f"Every model trains {protocol['trainer']['max_epochs']} epoch(s) (batch {protocol['batch_size']}) and is "
             "tested at its best-validation checkpoint (lowest validation MSE); mean ± std over seeds (n); every "
             "system at the width whose model (metanetwork + readout) is nearest GMN's at hidden 64 on the zoo's "
-            "graphs, within 5%"
+            "graphs, within 5%, the probing baselines (probegen, probe) at their reference code's settings instead "
+            "(128 probes, a classifier of width 256, Adam at 3e-4, no weight decay), for the same epochs"
             + (f"; this protocol overrides {protocol['metanet_config']}" if "metanet_config" in protocol else "")
             + f". Each row's CPU (its runs') and threads beside its wall time; this file written on "
             f"{cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.")
@@ -153,15 +174,15 @@ BENCHMARK = Benchmark(
     name="transformer_zoo", title="Generalization prediction on a transformer zoo", doc=__doc__, script=__file__,
     protocols=PROTOCOLS, systems=tuple(SYSTEMS), configs="transformer_zoo", recorded=("zoo", "batch_size", "trainer"),
     data=Data(option="--zoo",
-              default=lambda protocol: "data/transformer_zoo" if protocol == "cpu" else f"data/transformer_zoo_{protocol}",
-              help="zoo folder (default: data/transformer_zoo, data/transformer_zoo_smoke for the smoke protocol)",
+              default="data/small_transformer_zoo_{protocol}",
+              help="zoo folder (default: data/small_transformer_zoo_<protocol>)",
               prepare=lambda protocol, zoo, systems: prepare_zoo(protocol, zoo),
               fit=lambda settings: {"batch_size": settings["batch_size"]}),
     write_configs=write_configs,
     result_fields={"kendall_tau": "test/kendall_tau", "r2": "test/r2"},
     progress=lambda result: f"Kendall tau {result['kendall_tau']:.3f}, R^2 {result['r2']:.3f}",
     intro=[lambda report: zoo_description(report.data), training_paragraph],
-    columns=(SYSTEM, seeds_column("Kendall tau", "kendall_tau"), seeds_column("R^2", "r2"), PARAMETERS, HIDDEN_DIM,
+    columns=(SYSTEM, seeds_column("Kendall tau", "kendall_tau"), seeds_column("R^2", "r2"), PARAMETERS, FLOPS, HIDDEN_DIM,
              EPOCHS, wall_column(), Column("CPU, threads", cpu_threads)),
 )
 

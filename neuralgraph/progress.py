@@ -7,10 +7,14 @@ seconds (or ``mininterval``, when given) while it runs, and the final state of a
 (``leave``) when it is reset or closed. A bar shorter than the interval that does not stay writes
 nothing. No ``\\r`` and no cursor movement is written.
 
+A loop whose units of work are long (a zoo's shards) takes :func:`unit_progress` and calls
+:meth:`Progress.checkpoint` after each unit: a log then gets one line per unit.
+
 ``progress(iterable, **kwargs)`` is ``Progress(iterable, **kwargs)``; both take tqdm's arguments.
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Any, Iterable, Optional
@@ -88,6 +92,12 @@ class Progress(tqdm):
             self._write_line()
         return True
 
+    def checkpoint(self) -> None:
+        """Write the bar's state as a line now when its stream is not a terminal (a unit of work
+        finished: a zoo's shard); on a terminal, nothing beyond tqdm's redraws."""
+        if self._lines and not self.disable and self.n:
+            self._write_line()
+
     def moveto(self, n: int) -> None:
         if not self._lines:
             super().moveto(n)
@@ -126,3 +136,19 @@ def progress(iterable: Optional[Iterable] = None, **kwargs: Any) -> Progress:
         A :class:`Progress` bar.
     """
     return Progress(iterable, **kwargs)
+
+
+def unit_progress(**kwargs: Any) -> Progress:
+    """A bar over long units of work (a zoo's shards, counted in networks): on a terminal a tqdm bar
+    redrawn as usual; elsewhere one line each time the loop calls :meth:`Progress.checkpoint` (and
+    the last at close), none in between.
+
+    Args:
+        **kwargs: tqdm's keyword arguments (``total``, ``initial``, ``unit``, ``desc``, ``disable``, ...).
+
+    Returns:
+        A :class:`Progress` bar counting whole units.
+    """
+    terminal = is_terminal(kwargs.get("file") or sys.stderr)
+    kwargs.setdefault("bar_format", "{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}]")
+    return Progress(dynamic_ncols=terminal, mininterval=None if terminal else math.inf, **kwargs)

@@ -288,6 +288,31 @@ def test_progress_writes_lines_not_frames_when_not_a_terminal():
     assert transient.getvalue() == ""
 
 
+def test_a_zoo_bar_writes_one_line_per_shard_to_a_log(tmp_path):
+    """unit_progress in a log: a line at each checkpoint() (a shard committed), none while a shard trains;
+    make-cnn-zoo's own log has one line per shard."""
+    import io
+
+    from neuralgraph.progress import unit_progress
+
+    log = io.StringIO()
+    with unit_progress(total=6, file=log, desc="zoo", unit="CNN") as bar:
+        for shard in range(3):
+            for _ in range(2):
+                bar.update()  # networks of the shard, epoch by epoch: no line
+            assert log.getvalue().count("\n") == shard
+            bar.checkpoint()
+    lines = log.getvalue().splitlines()
+    assert [line.split("|")[-1].split()[0] for line in lines] == ["2/6", "4/6", "6/6"]
+    run = subprocess.run([sys.executable, "-m", "neuralgraph.cli", "make-cnn-zoo", "--out", str(tmp_path / "zoo"),
+                          "--networks", "4", "--shard-size", "2", "--epochs", "1", "--train-size", "64",
+                          "--test-size", "32", "--batch-size", "32", "--source", "embedded", "--channels", "4"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout
+    bars = [line for line in run.stdout.splitlines() if line.startswith("make-cnn-zoo")]
+    assert "\r" not in run.stdout and len(bars) == 2 and bars[-1].split("|")[-1].split()[0] == "4/4", run.stdout
+
+
 def test_a_fit_in_a_log_is_quiet_and_writes_one_line_per_epoch(tiny_inrs, tmp_path):
     """A fit whose output goes to a file: no \\r frames, no message its user cannot act on."""
     argv = ["fit", "--model", "neuralgraph.training.tasks.InrEditing", "--model.metanet", "gmn",

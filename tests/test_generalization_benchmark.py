@@ -47,7 +47,7 @@ def test_smoke_protocol_records_tau_and_r2_and_a_rerun_skips_them(smoke_zoo, tmp
     assert "| scalegmn (every network) | not run: equivariant to one activation's scaling group" in table
     tanh = CnnZooDataset(smoke_zoo.with_name("zoo-tanh"), "train")
     assert set(tanh.tensors["activation"].tolist()) == {1}  # the tanh networks alone (ACTIVATIONS index 1)
-    assert "Not run yet (9 of the protocol's runs): gmn seed 0" in table
+    assert "Not run yet (11 of the protocol's runs): gmn seed 0" in table and "probegen seed 0, probe seed 0" in table
 
     capsys.readouterr()
     assert smoke(tmp_path, smoke_zoo, "--archs", "statnn", "scalegmn_tanh") == 0
@@ -104,6 +104,10 @@ def test_every_config_is_its_system_at_the_gmn_budget(system):
     metanet, _, subset = bench.SYSTEMS[system]
     assert init_args["metanet"] == metanet and init_args["metanet_config"] == bench.budget_config(system)
     assert config["trainer"]["max_epochs"] == bench.PROTOCOLS["cpu"]["trainer"]["max_epochs"]
+    if system in bench.PROBING:  # the reference code's settings, not a parameter budget
+        assert {k: init_args[k] for k in bench.PROBING_TASK} == bench.PROBING_TASK
+        assert init_args["metanet_config"]["network"] == "cnn_zoo"
+        return
     target = bench.reference_parameters()
     found = bench.model_parameters(metanet, init_args["metanet_config"], bench.subset_activations(subset))
     assert abs(found - target) <= METANETS.get(metanet, BASELINES.get(metanet)).budget_tolerance * target

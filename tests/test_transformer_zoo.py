@@ -2,6 +2,7 @@
 resumes byte for byte and is sha-checked, entries rebuild their ViTs, and they convert to parameter
 graphs that GeneralizationPrediction fits through the CLI."""
 import json
+import math
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ from neuralgraph.data.transformer_zoo import (
     optimizer_rule,
     sample_hyperparameters,
 )
-from neuralgraph.data.zoo_trainer import VitArchitecture, VitStack
+from neuralgraph.data.zoo_trainer import VitArchitecture, VitStack, op_threads
 from neuralgraph.graph import module_to_graph
 
 TINY = TransformerZooSettings(networks=6, shard_size=3, checkpoint_epochs=(1, 2), train_size=64, test_size=32,
@@ -219,3 +220,127 @@ def test_generalization_prediction_fits(tiny_zoo, tmp_path):
     metrics = cli.trainer.callback_metrics
     assert {"test/kendall_tau", "test/r2", "test/loss"} <= metrics.keys()
     assert torch.isfinite(metrics["test/loss"])
+
+
+# -- the Small Transformer Zoo's recipe (--recipe small-transformer-zoo) --
+
+STZ = "small-transformer-zoo"
+TINY_STZ = TransformerZooSettings(networks=4, shard_size=2, checkpoint_epochs=(1, 2), train_size=128, test_size=48,
+                                  batch_size=32, source="embedded", recipe=STZ)
+
+
+@pytest.fixture(scope="module")
+def tiny_stz(tmp_path_factory):
+    root = tmp_path_factory.mktemp("small_transformer_zoo")
+    make_transformer_zoo(root, TINY_STZ, progress=False)
+    return root
+
+
+def test_the_recipes_hyperparameters_are_its_grid():
+    """Transformer-NFN's MNIST sweep: optimizer, learning rate and init std per optimizer family, L2,
+    training fraction and dropout from their lists; embed 32, 2 heads, 2 blocks, MLP 64, ReLU."""
+    hypers = [sample_hyperparameters(network_seed(0, i), STZ) for i in range(400)]
+    assert hypers == [sample_hyperparameters(network_seed(0, i), STZ) for i in range(400)]
+    assert {h["optimizer"] for h in hypers} == {0, 1, 2, 3}
+    for h in hypers:
+        family = "sgd" if transformer_zoo.STZ_OPTIMIZERS[h["optimizer"]].startswith("sgd") else "adam"
+        assert h["lr"] in transformer_zoo.STZ_LR[family] and h["init_std"] in transformer_zoo.STZ_INIT_STD[family]
+        assert h["weight_decay"] in transformer_zoo.STZ_L2 and h["train_fraction"] in transformer_zoo.STZ_TRAIN_FRACTIONS
+        assert h["dropout"] in transformer_zoo.STZ_DROPOUT
+    for key, grid in (("weight_decay", transformer_zoo.STZ_L2), ("dropout", transformer_zoo.STZ_DROPOUT),
+                      ("train_fraction", transformer_zoo.STZ_TRAIN_FRACTIONS)):
+        assert {h[key] for h in hypers} == set(grid), key
+    assert architecture(hypers[0], STZ) == {"dim": 32, "patch": 7, "classes": 10, "image_size": 28, "depth": 2,
+                                            "heads": 2, "mlp_dim": 64, "activation": "relu"}
+    rules = {type(optimizer_rule(h, STZ)).__name__ + str(getattr(optimizer_rule(h, STZ), "momentum", "")) for h in hypers}
+    assert rules == {"SGD0.0", "SGD0.9", "Adam", "RMSprop"}
+
+
+def test_the_recipes_initialisation():
+    """Kernels and weight matrices truncated normal of the network's std; biases zero; LayerNorms one
+    and zero; the positional embedding the sinusoidal table."""
+    hyper = {**sample_hyperparameters(network_seed(0, 0), STZ), "init_std": 0.3}
+    state = initial_parameters(hyper, 7, STZ)
+    assert state.keys() == ZooViT(**architecture(hyper, STZ)).state_dict().keys()
+    matrices = torch.cat([v.flatten() for k, v in state.items() if v.dim() >= 2 and k != "position"])
+    assert abs(float(matrices.std()) - 0.3) < 0.01 and float(matrices.abs().max()) <= 2
+    for key, value in state.items():
+        if key.endswith("bias"):
+            assert not value.any(), key
+        elif ".norm" in f".{key}":
+            assert torch.equal(value, torch.ones_like(value)), key
+    position = state["position"][0]
+    assert torch.allclose(position[3, 0::2], torch.sin(3 * torch.exp(torch.arange(0, 32, 2) * -math.log(1e4) / 32)))
+    assert torch.equal(state["patch.weight"], initial_parameters(hyper, 7, STZ)["patch.weight"])
+
+
+def test_the_schedule_is_the_recipes_schedulers():
+    """warmup_cosine over 100 epochs is the recipe's LinearLR warmup (10 epochs) then CosineAnnealingLR
+    to 1e-5, stepped once per epoch as its solver steps them."""
+    from neuralgraph.data.transformer_zoo import warmup_cosine
+
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([parameter], lr=0.03)
+    warmup = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=1 / 10, end_factor=1.0, total_iters=9)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=90, eta_min=1e-5)
+    for epoch in range(100):
+        assert warmup_cosine(0.03, epoch + 1, 100) == pytest.approx(optimizer.param_groups[0]["lr"], rel=1e-9), epoch
+        optimizer.step()
+        (warmup if epoch < 10 else cosine).step()
+    assert warmup_cosine(0.03, 1, 6) == 0.03 and warmup_cosine(0.03, 6, 6) == pytest.approx(1e-5 + (0.03 - 1e-5) * (
+        1 + math.cos(math.pi * 4 / 5)) / 2)
+
+
+def test_networks_with_dropout_and_the_schedule_train_as_alone():
+    """A shard of the recipe's networks (dropout, four optimizers, the schedule, dropped last batches)
+    against each network trained alone: the same weights, bit for bit (each network's masks, order
+    and images come from its own streams; one thread)."""
+    settings = TransformerZooSettings(networks=5, shard_size=5, checkpoint_epochs=(1, 2), train_size=160,
+                                      test_size=32, batch_size=32, source="embedded", recipe=STZ)
+    train, test = _mnist("train", 160, "embedded", None), _mnist("test", 32, "embedded", None)
+    hypers = [sample_hyperparameters(network_seed(0, i), STZ) for i in range(5)]
+    assert sum(h["dropout"] > 0 for h in hypers) >= 3
+    with op_threads(1):
+        together = transformer_zoo.train_networks(range(5), settings, train, test)
+        for i in range(5):
+            alone = transformer_zoo.train_networks([i], settings, train, test)
+            for key in transformer_zoo.stored_shapes(STZ):
+                both = together[key].view(2, 5, *together[key].shape[1:])[:, i]
+                assert torch.equal(both, alone[key]), (i, key)
+
+
+def test_dropout_masks_drop_at_the_networks_rate():
+    from neuralgraph.data.zoo_trainer import VitArchitecture, VitStack
+
+    hyper = sample_hyperparameters(network_seed(0, 0), STZ)
+    arch = VitArchitecture(**architecture(hyper, STZ))
+    states = [initial_parameters(hyper, 0, STZ)] * 3
+    stack = VitStack(states, [arch] * 3, dropout=[0.0, 0.1, 0.2], bit_seeds=[1, 2, 3])
+    group = stack.groups[0][2]
+    keep = stack._keep(group, [0, 1, 2], [64, 64, 40], 64)
+    assert keep.shape == (3, 5, 64 * 16, 32)
+    assert bool((keep[0] == 1).all())
+    for j, rate in ((1, 0.1), (2, 0.2)):
+        kept = keep[j].view(5, 64, 16, 32)[:, :40]
+        assert kept.unique().tolist() == [0.0, torch.tensor(1 / (1 - rate)).item()]  # float32's 1 / (1 - rate)
+        assert abs(float((kept == 0).double().mean()) - rate) < 0.01
+    assert stack._keep(group, [0], [64], 64) is None
+
+
+def test_a_tiny_recipe_zoo_rebuilds_its_networks(tiny_stz):
+    manifest = json.loads((tiny_stz / "manifest.json").read_text())
+    assert manifest["recipe"] == STZ and manifest["architecture"]["dim"] == 32
+    assert manifest["choices"]["optimizer"] == list(transformer_zoo.STZ_OPTIMIZERS)
+    data = TransformerZooDataset(tiny_stz, "train")
+    images, labels = _mnist("test", TINY_STZ.test_size, "embedded", None)
+    for i in range(len(data)):
+        with torch.no_grad():
+            logits = data.module(i).eval()(images)
+        torch.testing.assert_close(torch.nn.functional.cross_entropy(logits, labels), data.tensors["test_loss"][i],
+                                   rtol=1e-5, atol=1e-6)
+    graphs = data.graphs
+    assert len(graphs) == len(data) and graphs[0].edge_attr.shape[1] == 49
+    with pytest.raises(ValueError, match="recipe='vit'"):
+        TransformerZooSettings(recipe="vit")
+    with pytest.raises(ValueError, match="batch_size=200: larger than the smallest training subset"):
+        TransformerZooSettings(train_size=256, batch_size=200, recipe=STZ)

@@ -135,12 +135,13 @@ def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
 
     Returns:
         The final callback metrics, and the record every table reports (best validation loss,
-        trainable parameters, width, epochs, wall time, whether it resumed, peak memory, device, CPU,
+        trainable parameters, width, FLOPs per prediction (on the first test batch), epochs, wall time, whether it resumed, peak memory, device, CPU,
         threads).
     """
     import torch
 
     from neuralgraph.nn.budget import count_trainable
+    from neuralgraph.nn.flops import flops_per_prediction
     from neuralgraph.training.cli import checkpoint_dir, last_checkpoint, run_lightning_cli
 
     if torch.cuda.is_available():
@@ -149,10 +150,12 @@ def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
     start = time.perf_counter()
     cli = run_lightning_cli(argv)
     metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
+    batch = next(iter(cli.datamodule.test_dataloader()))
     return metrics, {
         "best_val_loss": float(cli.trainer.checkpoint_callback.best_model_score),
         "parameters": count_trainable(cli.model),
         "hidden_dim": cli.model.metanet.hidden_dim,
+        "flops_per_prediction": flops_per_prediction(cli.model.cpu(), batch),
         "epochs": cli.trainer.current_epoch,
         "wall_s": time.perf_counter() - start,
         "resumed": resumed,

@@ -121,6 +121,9 @@ def peak_memory_mb(group: Group) -> str:
 
 SYSTEM = Column("system", lambda group: group.system, always=True)
 PARAMETERS = Column("parameters", lambda group: f"{group.runs[0]['parameters']:,}")
+FLOPS = Column("MFLOPs per prediction",
+               lambda group: f"{group.runs[0]['flops_per_prediction'] / 1e6:,.2f}"
+               if group.runs[0].get("flops_per_prediction") is not None else "")
 HIDDEN_DIM = Column("hidden_dim", lambda group: group.runs[0]["hidden_dim"])
 EPOCHS = Column("epochs", lambda group: group.runs[0]["epochs"])
 PEAK_MEMORY = Column("peak memory (MB)", peak_memory_mb)

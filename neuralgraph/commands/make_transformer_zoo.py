@@ -8,7 +8,7 @@ import torch
 from neuralgraph.commands import distributed
 from neuralgraph.commands.make_cnn_zoo import add_zoo_arguments
 from neuralgraph.data.shards import Worker
-from neuralgraph.data.transformer_zoo import TransformerZooSettings, make_transformer_zoo
+from neuralgraph.data.transformer_zoo import RECIPES, TransformerZooSettings, make_transformer_zoo
 
 DEFAULTS = TransformerZooSettings()
 
@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser: the subcommand's parser.
     """
     add_zoo_arguments(parser, DEFAULTS)
+    parser.add_argument("--recipe", choices=list(RECIPES), default=DEFAULTS.recipe,
+                        help="the networks and their training: 'mixed' (architectures and continuous ranges drawn per "
+                             "network) or 'small-transformer-zoo' (Transformer-NFN's MNIST grid; docs/transformer_zoo.md)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     settings = TransformerZooSettings(networks=args.networks, checkpoint_epochs=tuple(args.epochs),
                                       train_size=args.train_size, test_size=args.test_size,
                                       batch_size=args.batch_size, shard_size=args.shard_size, seed=args.seed,
-                                      source=args.source)
+                                      source=args.source, recipe=args.recipe)
     worker = distributed.worker_of(args)
     manifest = make_transformer_zoo(args.out, settings, args.mnist, distributed=worker and Worker(*worker),
                                     merge=args.merge)

@@ -49,10 +49,10 @@ from neuralgraph.data.shards import (
 )
 from neuralgraph.data.formats import imported_format
 from neuralgraph.data.mnist import PathLike, load_digits
-from neuralgraph.data.zoo_trainer import Adam, Checkpoint, ConvStack, MiniBatches, Rule, SGD, fit, order_networks
+from neuralgraph.data.zoo_trainer import Adam, Checkpoint, ConvStack, MiniBatches, Rule, SGD, fit, network_seed, plan_networks
 from neuralgraph.graph import Activation, activation_codes, batch_graphs, blocks_to_graph
 from neuralgraph.graph.blocks import GraphFacts, WeightBlocks, graph_facts
-from neuralgraph.progress import Progress
+from neuralgraph.progress import unit_progress
 
 ZOO_FOLDER = FolderFormat("neuralgraph-cnn-zoo/1", "make-cnn-zoo")
 #: The zoo networks' activations, indexed by their ``activation`` hyperparameter.
@@ -114,21 +114,6 @@ class ZooSettings:
     @property
     def layout(self) -> tuple[int, ...]:
         return (1, self.channels, self.channels, self.channels, NUM_CLASSES)
-
-
-def network_seed(seed: int, network: int, stream: int = 0) -> int:
-    """Seed of one of ``network``'s random streams: 0 its hyperparameters and initialisation, 1 its
-    mini-batch order, 2 its training subset, 3 its dropout masks (every zoo generator's convention).
-
-    Args:
-        seed: the zoo's seed.
-        network: the network's id.
-        stream: 0, 1, 2 or 3.
-
-    Returns:
-        A 32-bit seed.
-    """
-    return int(np.random.SeedSequence([seed, network, stream]).generate_state(1)[0])
 
 
 def sample_hyperparameters(seed: int) -> dict:
@@ -259,23 +244,16 @@ def stack_networks(networks: Sequence[int], settings: ZooSettings, images: int,
         stack row's position in ``networks``).
     """
     device = torch.device("cpu") if device is None else torch.device(device)
-    ids = list(networks)
-    seeds = [network_seed(settings.seed, i) for i in ids]
-    hypers = [sample_hyperparameters(s) for s in seeds]
-    subsets = [training_subset(settings, i, h["train_fraction"], images) for i, h in zip(ids, hypers)]
-    rules = [optimizer_rule(h) for h in hypers]
-    activations = [ACTIVATIONS[h["activation"]] for h in hypers]
-    order = order_networks(activations, rules, [-(-len(s) // settings.batch_size) for s in subsets])
-    ordered = [hypers[k] for k in order]
-    initial = [initial_parameters(settings.channels, hypers[k], seeds[k]) for k in order]
+    plan = plan_networks(networks, settings.seed, sample_hyperparameters,
+                         lambda i, h: training_subset(settings, i, h["train_fraction"], images), optimizer_rule,
+                         lambda h: ACTIVATIONS[h["activation"]], settings.batch_size, drop_last=False)
+    ordered, activations = plan.ordered(plan.hypers), plan.ordered(plan.groups)
+    initial = [initial_parameters(settings.channels, h, s) for h, s in zip(ordered, plan.ordered(plan.seeds))]
     stack = ConvStack({key: torch.stack([p[key] for p in initial]).to(device, dtype) for key in initial[0]},
-                      [activations[k] for k in order], [h["dropout"] for h in ordered], dropout_at="features",
-                      bit_seeds=[network_seed(settings.seed, ids[k], 3) for k in order])
-    stack.optimizer([rules[k] for k in order], [h["lr"] for h in ordered], [h["l2"] for h in ordered],
-                    decay="all", groups=[activations[k] for k in order])
-    batches = MiniBatches([subsets[k] for k in order], [network_seed(settings.seed, ids[k], 1) for k in order],
-                          settings.batch_size, drop_last=False)
-    return stack, batches, order
+                      activations, [h["dropout"] for h in ordered], dropout_at="features", bit_seeds=plan.streams(3))
+    stack.optimizer(plan.ordered(plan.rules), [h["lr"] for h in ordered], [h["l2"] for h in ordered],
+                    decay="all", groups=activations)
+    return stack, plan.mini_batches(), plan.order
 
 
 def train_networks(networks: Sequence[int], settings: ZooSettings, train, test, bar: Optional[tqdm] = None,
@@ -419,10 +397,11 @@ def write_zoo(out: PathLike, folder: FolderFormat, settings, train_shard: Callab
     train = _mnist("train", settings.train_size, settings.source, root)
     test = _mnist("test", settings.test_size, settings.source, root)
     done = settings.networks - sum(count for _, _, count in todo)
-    with Progress(total=settings.networks, initial=done, unit=unit, desc=f"{folder.command} {out}", disable=not progress,
-                  dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}]") as bar:
+    with unit_progress(total=settings.networks, initial=done, unit=unit, desc=f"{folder.command} {out}",
+                       disable=not progress) as bar:  # a log gets one line per shard
         for path, first, count in todo:
             writer.commit(path, safetensors_bytes(train_shard(first, count, settings, train, test, bar)))
+            bar.checkpoint()
     return manifest
 
 

@@ -46,11 +46,10 @@ from safetensors.torch import save as safetensors_bytes
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from neuralgraph.data.cnn_zoo import network_seed
 from neuralgraph.data.mnist import PathLike, load_digits
 from neuralgraph.data.zoo_report import accuracy_summary, read_metrics
-from neuralgraph.data.zoo_trainer import Adam, Checkpoint, ConvStack, MiniBatches, RMSprop, SGD, fit, order_networks
-from neuralgraph.progress import Progress
+from neuralgraph.data.zoo_trainer import Adam, Checkpoint, ConvStack, MiniBatches, RMSprop, SGD, fit, network_seed, plan_networks
+from neuralgraph.progress import unit_progress
 from neuralgraph.data.shards import (
     MANIFEST,
     FolderFormat,
@@ -264,23 +263,16 @@ def stack_networks(networks: Sequence[int], settings: PresetSettings, images: in
         stack row's position in ``networks``).
     """
     device = torch.device("cpu") if device is None else torch.device(device)
-    ids = list(networks)
-    seeds = [network_seed(settings.seed, i) for i in ids]
-    hypers = [sample_hyperparameters(s) for s in seeds]
-    subsets = [training_subset(settings.seed, i, h["train_fraction"], images) for i, h in zip(ids, hypers)]
-    rules = [RULES[h["optimizer"]] for h in hypers]
-    order = order_networks([h["activation"] for h in hypers], rules, [len(s) // settings.batch_size for s in subsets])
-    ordered = [hypers[k] for k in order]
-    activations = [h["activation"] for h in ordered]
-    initial = [initial_parameters(hypers[k], seeds[k]) for k in order]
+    plan = plan_networks(networks, settings.seed, sample_hyperparameters,
+                         lambda i, h: training_subset(settings.seed, i, h["train_fraction"], images),
+                         lambda h: RULES[h["optimizer"]], lambda h: h["activation"], settings.batch_size, drop_last=True)
+    ordered, activations = plan.ordered(plan.hypers), plan.ordered(plan.groups)
+    initial = [initial_parameters(h, s) for h, s in zip(ordered, plan.ordered(plan.seeds))]
     stack = ConvStack({key: torch.stack([p[key] for p in initial]).to(device, dtype) for key in initial[0]},
-                      activations, [h["dropout"] for h in ordered], dropout_at="conv",
-                      bit_seeds=[network_seed(settings.seed, ids[k], 3) for k in order])
-    stack.optimizer([rules[k] for k in order], [h["learning_rate"] for h in ordered],
+                      activations, [h["dropout"] for h in ordered], dropout_at="conv", bit_seeds=plan.streams(3))
+    stack.optimizer(plan.ordered(plan.rules), [h["learning_rate"] for h in ordered],
                     [2 * h["l2reg"] for h in ordered], decay="kernels", groups=activations)
-    batches = MiniBatches([subsets[k] for k in order], [network_seed(settings.seed, ids[k], 1) for k in order],
-                          settings.batch_size, drop_last=True)
-    return stack, batches, order
+    return stack, plan.mini_batches(), plan.order
 
 
 def train_networks(networks: Sequence[int], settings: PresetSettings, train: tuple[Tensor, Tensor],
@@ -451,13 +443,13 @@ def make_small_cnn_zoo(out: PathLike, settings: PresetSettings = PresetSettings(
     write_manifest(out, manifest)
     if todo:
         done = sum(p["networks"] for p in manifest["parts"])
-        with Progress(total=settings.networks, initial=done, unit="CNN", desc=f"make-cnn-zoo --preset {PRESET} {out}",
-                      disable=not progress, dynamic_ncols=True,
-                      bar_format="{l_bar}{bar}| {n:.0f}/{total} [{elapsed}<{remaining}]") as bar:
+        with unit_progress(total=settings.networks, initial=done, unit="CNN",
+                           desc=f"make-cnn-zoo --preset {PRESET} {out}", disable=not progress) as bar:
             for path, first, count in todo:
                 tensors = train_shard(first, count, settings, train, test, bar)
                 commit_shard(out, manifest, manifest["parts"], path, safetensors_bytes(tensors), networks=count,
                              first=first, rows=len(tensors["step"]))
+                bar.checkpoint()
     files = {f["file"]: f for f in manifest["files"]}
     missing = [name for name in FILES if shard_to_write(out / name, files, manifest_path)]
     if missing:

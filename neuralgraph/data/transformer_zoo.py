@@ -1,16 +1,36 @@
 """A zoo of small ViT-style MNIST classifiers, for predicting a transformer's test accuracy from its weights.
 
-The network (:class:`ZooViT`): a 7x7 patch convolution to ``dim`` = 24 features (16 tokens of a
+The network (:class:`ZooViT`): a 7x7 patch convolution to ``dim`` features (16 tokens of a
 28x28 image), a learned positional embedding, ``depth`` pre-norm blocks (LayerNorm, multi-head
 self-attention, residual add; LayerNorm, MLP ``dim -> mlp_dim -> dim``, residual add), a final
-LayerNorm, mean pooling over the tokens and a linear classifier. ``dim`` is fixed at 24 so that
-every head count of the distribution divides it.
+LayerNorm, mean pooling over the tokens and a linear classifier.
 
-Each network draws its hyperparameters from its own seed (:func:`sample_hyperparameters`), each
-uniformly unless said otherwise:
+A zoo follows one of two recipes (:data:`RECIPES`, ``TransformerZooSettings.recipe``).
 
-* architecture: ``depth`` in {1, 2}, ``heads`` in {2, 3, 4}, ``mlp_dim`` in {24, 48},
-  ``activation`` of the MLP in {gelu, silu};
+``small-transformer-zoo``, the Small Transformer Zoo's MNIST recipe (Transformer-NFN, Tran et al.,
+ICLR 2025; its ``vision_task`` code and sweep files) where it fits: every network of ``dim`` 32,
+2 heads, 2 blocks, MLP 64 with ReLU; each draws from its own seed, uniformly from the recipe's
+lists, its optimizer (SGD, SGD with momentum 0.9, Adam, RMSprop, ``torch.optim``'s defaults), its
+learning rate (SGD: 1e-3 ... 7e-2, Adam and RMSprop: 3e-4 ... 5e-2, eight values each), its
+initialisation std (SGD: 0.1 ... 0.3, Adam and RMSprop: 0.1 ... 0.5, five values; every kernel and
+weight matrix truncated normal, biases zero, the positional embedding the sinusoidal table), its
+L2 (1e-8, 1e-7, 1e-6, 1e-4, 1e-2, in the gradient), its training fraction (1, 0.9, 0.8, 0.7) and
+its dropout (0 ... 0.2, on the embedded tokens and on each attention and MLP output); batches of
+``batch_size`` (the recipe's 128), the last incomplete one dropped; the learning rate warms up
+linearly over the first tenth of the epochs, then follows a cosine to 1e-5
+(:func:`warmup_cosine`, the recipe's schedulers scaled to the run). Where it does not fit: 7x7
+patches (16 tokens; the recipe's 4x4 give 49 tokens and about 3.5 times the work), the blocks of
+:class:`ZooViT` (pre-norm residual blocks with LayerNorm affines, attention biases, a learned
+positional embedding initialised to the table, a linear head; the recipe's blocks drop the
+residual adds, its LayerNorms have no affine, its attention no biases, its position table is fixed
+and its head is an MLP), no random-crop augmentation, and MNIST standardised rather than scaled to
+[-1, 1].
+
+``mixed`` (the default): each network draws its hyperparameters from its own seed
+(:func:`sample_hyperparameters`), each uniformly unless said otherwise:
+
+* architecture: ``dim`` 24 (every head count divides it), ``depth`` in {1, 2}, ``heads`` in
+  {2, 3, 4}, ``mlp_dim`` in {24, 48}, ``activation`` of the MLP in {gelu, silu};
 * optimizer in {adam, adamw, sgd} (SGD with momentum 0.9); learning rate log-uniform in
   [1e-4, 1e-2] for Adam and AdamW, in [1e-3, 1e-1] for SGD; weight decay log-uniform in
   [1e-6, 1e-1] (decoupled for AdamW, an L2 term in the gradient for the others);
@@ -29,12 +49,13 @@ subset of the training images (its ``train_fraction`` of them) in its own mini-b
 under its own optimizer, so that it trains as it would alone.
 
 Storage is the sharded folder of :mod:`neuralgraph.data.shards`: shards ``zoo-00000.safetensors``
-hold one tensor per key of the state dict of the largest :class:`ZooViT` of the distribution
-(``depth`` 2, ``mlp_dim`` 48), ``[n, *shape]`` (``n`` = networks x checkpoints), each network's own
+hold one tensor per key of the state dict of the largest :class:`ZooViT` of the recipe
+(``depth`` 2, ``mlp_dim`` 48 or 64), ``[n, *shape]`` (``n`` = networks x checkpoints), each network's own
 tensors in the leading corner and zeros elsewhere (the second block of a one-block network is all
 zero); ``network``, ``epoch``, the four metrics and one tensor per hyperparameter (``depth``,
 ``heads``, ``mlp_dim`` as values, ``activation`` and ``optimizer`` as indices into the manifest's
-``choices``). The manifest's ``architecture`` holds the settings every network shares, so that
+``choices``). The manifest's ``architecture`` holds the settings every network shares (and
+``recipe`` names the recipe, when it is not ``mixed``), so that
 ``ZooViT(**architecture, depth=..., heads=..., mlp_dim=..., activation=...)`` rebuilds an entry
 (:meth:`TransformerZooDataset.module`). A killed run started again skips the recorded shards
 (sha256-checked) and retrains the others.
@@ -53,18 +74,20 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from neuralgraph.data.cnn_zoo import ZooBatch, network_seed, network_split, training_subset, write_zoo
+from neuralgraph.data.cnn_zoo import ZooBatch, network_split, training_subset, write_zoo
 from neuralgraph.data.mnist import PathLike
 from neuralgraph.data.zoo_trainer import (
     SGD,
     Adam,
+    RMSprop,
     Checkpoint,
     MiniBatches,
     Rule,
     VitArchitecture,
     VitStack,
     fit,
-    order_networks,
+    network_seed,
+    plan_networks,
 )
 from neuralgraph.data.shards import (
     MANIFEST,
@@ -80,12 +103,57 @@ from neuralgraph.graph.blocks import graph_facts
 
 ZOO_FOLDER = FolderFormat("neuralgraph-transformer-zoo/1", "make-transformer-zoo")
 #: The blocks' activations by name, with their modules.
-ACTIVATIONS = {Activation.GELU.value: nn.GELU, Activation.SILU.value: nn.SiLU}
+ACTIVATIONS = {Activation.GELU.value: nn.GELU, Activation.SILU.value: nn.SiLU, Activation.RELU.value: nn.ReLU}
 OPTIMIZERS = ("adam", "adamw", "sgd")
 #: The categorical hyperparameters and their values, as the manifest records them.
-CHOICES = {"activation": tuple(ACTIVATIONS), "optimizer": OPTIMIZERS}
+CHOICES = {"activation": (Activation.GELU.value, Activation.SILU.value), "optimizer": OPTIMIZERS}
 DEPTHS, HEADS, MLP_DIMS = (1, 2), (2, 3, 4), (24, 48)
 ARCHITECTURE = {"dim": 24, "patch": 7, "classes": 10, "image_size": 28}  # shared by every network
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a zoo's networks are and how they train.
+
+    Attributes:
+        architecture: the :class:`ZooViT` arguments every network shares.
+        depths: the block counts drawn from.
+        heads: the head counts drawn from.
+        mlp_dims: the MLP widths drawn from.
+        choices: the categorical hyperparameters' values (``activation``, ``optimizer``).
+        drop_last: an epoch leaves out its last, smaller mini-batch.
+        schedule: the learning rate follows :func:`warmup_cosine` (else it is constant).
+    """
+
+    architecture: dict
+    depths: tuple[int, ...]
+    heads: tuple[int, ...]
+    mlp_dims: tuple[int, ...]
+    choices: dict
+    drop_last: bool
+    schedule: bool
+
+
+#: The Small Transformer Zoo's MNIST grid (Transformer-NFN, ``vision_task/sweep_scripts``), per
+#: optimizer family: learning rates and initialisation standard deviations.
+STZ_OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "rmsprop")
+STZ_LR = {"sgd": (1e-3, 3e-3, 5e-3, 7e-3, 1e-2, 3e-2, 5e-2, 7e-2),
+          "adam": (3e-4, 5e-4, 1e-3, 3e-3, 5e-3, 1e-2, 3e-2, 5e-2)}
+STZ_INIT_STD = {"sgd": (0.1, 0.15, 0.2, 0.25, 0.3), "adam": (0.1, 0.2, 0.3, 0.4, 0.5)}
+STZ_L2 = (1e-8, 1e-7, 1e-6, 1e-4, 1e-2)
+STZ_TRAIN_FRACTIONS = (1.0, 0.9, 0.8, 0.7)
+STZ_DROPOUT = (0.0, 0.05, 0.1, 0.15, 0.2)
+#: The cosine schedule's final learning rate (the recipe's ``eta_min``).
+STZ_MIN_LR = 1e-5
+
+RECIPES = {
+    # mixed architectures, continuous hyperparameter ranges (the module docstring's first list)
+    "mixed": Recipe(ARCHITECTURE, DEPTHS, HEADS, MLP_DIMS, CHOICES, drop_last=False, schedule=False),
+    # the Small Transformer Zoo's MNIST recipe (module docstring's second list)
+    "small-transformer-zoo": Recipe({"dim": 32, "patch": 7, "classes": 10, "image_size": 28}, (2,), (2,), (64,),
+                                    {"activation": (Activation.RELU.value,), "optimizer": STZ_OPTIMIZERS},
+                                    drop_last=True, schedule=True),
+}
 #: The momentum of the networks trained with SGD.
 SGD_MOMENTUM = 0.9
 #: The standard deviation of the positional embedding's initialisation (ViT's), before ``init_scale``.
@@ -162,6 +230,7 @@ class TransformerZooSettings:
         shard_size: networks per shard.
         seed: the zoo's seed.
         source: the MNIST images, ``"full"`` or ``"embedded"``.
+        recipe: a key of :data:`RECIPES`.
     """
 
     networks: int = 512
@@ -172,37 +241,55 @@ class TransformerZooSettings:
     shard_size: int = 64
     seed: int = 0
     source: str = "full"
+    recipe: str = "mixed"
 
     def __post_init__(self):
         for name in ("networks", "train_size", "test_size", "batch_size", "shard_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TransformerZooSettings.{name}={getattr(self, name)}: must be at least 1")
+        if self.recipe not in RECIPES:
+            raise ValueError(f"TransformerZooSettings.recipe={self.recipe!r}: expected one of {list(RECIPES)}")
+        smallest = int(min(STZ_TRAIN_FRACTIONS) * self.train_size)
+        if RECIPES[self.recipe].drop_last and self.batch_size > smallest:
+            raise ValueError(f"TransformerZooSettings.batch_size={self.batch_size}: larger than the smallest training "
+                             f"subset of the {self.recipe} recipe ({smallest} images), which would train no step")
         epochs = self.checkpoint_epochs
         if not epochs or any(e < 1 for e in epochs) or list(epochs) != sorted(set(epochs)):
             raise ValueError(f"TransformerZooSettings.checkpoint_epochs={epochs}: expected increasing positive epochs")
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "checkpoint_epochs": list(self.checkpoint_epochs)}
+        settings = {**asdict(self), "checkpoint_epochs": list(self.checkpoint_epochs)}
+        if self.recipe == "mixed":  # folders written before recipes existed record none
+            del settings["recipe"]
+        return settings
 
 
-def sample_hyperparameters(seed: int) -> dict:
+def sample_hyperparameters(seed: int, recipe: str = "mixed") -> dict:
     """The hyperparameters of the network of ``seed`` (``activation`` and ``optimizer`` as indices
-    into :data:`CHOICES`; the distribution is the module docstring's).
+    into the recipe's ``choices``; the distributions are the module docstring's).
 
     Args:
         seed: the network's seed.
+        recipe: a key of :data:`RECIPES`.
 
     Returns:
         The hyperparameters by name.
     """
     rng = np.random.default_rng(seed)
+    if recipe == "small-transformer-zoo":
+        optimizer = int(rng.integers(len(STZ_OPTIMIZERS)))
+        family = "sgd" if STZ_OPTIMIZERS[optimizer].startswith("sgd") else "adam"
+        return {"depth": 2, "heads": 2, "mlp_dim": 64, "activation": 0, "optimizer": optimizer,
+                "lr": float(rng.choice(STZ_LR[family])), "weight_decay": float(rng.choice(STZ_L2)),
+                "init_std": float(rng.choice(STZ_INIT_STD[family])),
+                "train_fraction": float(rng.choice(STZ_TRAIN_FRACTIONS)), "dropout": float(rng.choice(STZ_DROPOUT))}
     optimizer = int(rng.integers(len(OPTIMIZERS)))
     low, high = (1e-3, 1e-1) if OPTIMIZERS[optimizer] == "sgd" else (1e-4, 1e-2)
     return {
         "depth": int(rng.choice(DEPTHS)),
         "heads": int(rng.choice(HEADS)),
         "mlp_dim": int(rng.choice(MLP_DIMS)),
-        "activation": int(rng.integers(len(ACTIVATIONS))),
+        "activation": int(rng.integers(len(CHOICES["activation"]))),
         "optimizer": optimizer,
         "lr": float(np.exp(rng.uniform(np.log(low), np.log(high)))),
         "weight_decay": float(np.exp(rng.uniform(np.log(1e-6), np.log(1e-1)))),
@@ -211,47 +298,109 @@ def sample_hyperparameters(seed: int) -> dict:
     }
 
 
-def architecture(hyper: dict) -> dict:
+def architecture(hyper: dict, recipe: str = "mixed") -> dict:
     """The :class:`ZooViT` arguments of a network of hyperparameters ``hyper``.
 
     Args:
         hyper: the network's hyperparameters.
+        recipe: a key of :data:`RECIPES`.
 
     Returns:
         Keyword arguments of :class:`ZooViT`.
     """
-    return {**ARCHITECTURE, "depth": hyper["depth"], "heads": hyper["heads"], "mlp_dim": hyper["mlp_dim"],
-            "activation": CHOICES["activation"][hyper["activation"]]}
+    shared = RECIPES[recipe]
+    return {**shared.architecture, "depth": hyper["depth"], "heads": hyper["heads"], "mlp_dim": hyper["mlp_dim"],
+            "activation": shared.choices["activation"][hyper["activation"]]}
 
 
-def initial_parameters(hyper: dict, seed: int) -> dict[str, Tensor]:
-    """One network's state dict at initialisation: PyTorch's default initialisation drawn from
-    ``seed``, the positional embedding normal (std :data:`POSITION_STD`), every tensor of two or
-    more dimensions (kernels, weight matrices, the positional embedding) times ``init_scale``.
+def sinusoidal_positions(tokens: int, dim: int) -> Tensor:
+    """The transformer's sinusoidal position table ``[1, tokens, dim]``: ``sin`` in the even
+    features, ``cos`` in the odd, at wavelengths ``10000^(2i / dim)``.
+
+    Args:
+        tokens: positions.
+        dim: features (even).
+
+    Returns:
+        The table.
+    """
+    position = torch.arange(tokens, dtype=torch.float64).unsqueeze(1)
+    frequency = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(10000.0) / dim))
+    table = torch.zeros(tokens, dim, dtype=torch.float64)
+    table[:, 0::2], table[:, 1::2] = torch.sin(position * frequency), torch.cos(position * frequency)
+    return table.float().unsqueeze(0)
+
+
+def initial_parameters(hyper: dict, seed: int, recipe: str = "mixed") -> dict[str, Tensor]:
+    """One network's state dict at initialisation, drawn from ``seed``.
+
+    ``mixed``: PyTorch's default initialisation, the positional embedding normal (std
+    :data:`POSITION_STD`), every tensor of two or more dimensions (kernels, weight matrices, the
+    positional embedding) times ``init_scale``. ``small-transformer-zoo``: the recipe's, every kernel
+    and weight matrix truncated normal (``torch.nn.init.trunc_normal_``, std ``init_std``), biases
+    zero, LayerNorms at one and zero, the positional embedding the sinusoidal table
+    (:func:`sinusoidal_positions`).
 
     Args:
         hyper: the network's hyperparameters.
         seed: the network's seed.
+        recipe: a key of :data:`RECIPES`.
 
     Returns:
         The state dict.
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = ZooViT(**architecture(hyper))
-        nn.init.normal_(model.position, std=POSITION_STD)
-    return {k: v * hyper["init_scale"] if v.dim() >= 2 else v.clone() for k, v in model.state_dict().items()}
+        model = ZooViT(**architecture(hyper, recipe))
+        if recipe == "mixed":
+            nn.init.normal_(model.position, std=POSITION_STD)
+            return {k: v * hyper["init_scale"] if v.dim() >= 2 else v.clone() for k, v in model.state_dict().items()}
+        generator = torch.Generator().manual_seed(seed)
+        state = {}
+        for key, value in model.state_dict().items():
+            if key == "position":
+                state[key] = sinusoidal_positions(value.shape[1], value.shape[2])
+            elif value.dim() >= 2:
+                state[key] = nn.init.trunc_normal_(torch.empty_like(value), std=hyper["init_std"], generator=generator)
+            elif ".norm" in f".{key}" and key.endswith("weight"):
+                state[key] = torch.ones_like(value)
+            else:
+                state[key] = torch.zeros_like(value)
+        return state
 
 
-def stored_shapes() -> dict[str, torch.Size]:
-    """Shape of each state-dict key in a shard (one network): that of the largest architecture.
+def stored_shapes(recipe: str = "mixed") -> dict[str, torch.Size]:
+    """Shape of each state-dict key in a shard (one network): that of the recipe's largest architecture.
+
+    Args:
+        recipe: a key of :data:`RECIPES`.
 
     Returns:
         The shape of each key.
     """
+    shared = RECIPES[recipe]
     with torch.device("meta"):
-        model = ZooViT(**ARCHITECTURE, depth=max(DEPTHS), mlp_dim=max(MLP_DIMS))
+        model = ZooViT(**shared.architecture, depth=max(shared.depths), mlp_dim=max(shared.mlp_dims))
     return {k: v.shape for k, v in model.state_dict().items()}
+
+
+def warmup_cosine(lr: float, epoch: int, epochs: int) -> float:
+    """The Small Transformer Zoo's schedule at ``epoch`` (1, 2, ...) of ``epochs``, scaled to the run:
+    a linear warmup over the first ``W = max(1, round(epochs / 10))`` epochs from ``lr / W`` to
+    ``lr``, then a cosine from ``lr`` down to :data:`STZ_MIN_LR` (the recipe: 10 of 100 epochs).
+
+    Args:
+        lr: the network's learning rate.
+        epoch: the epoch.
+        epochs: the run's epochs.
+
+    Returns:
+        The learning rate of that epoch.
+    """
+    warmup, e = max(1, round(epochs / 10)), epoch - 1
+    if e < warmup:
+        return lr * (1 / warmup + (1 - 1 / warmup) * e / max(1, warmup - 1))
+    return STZ_MIN_LR + (lr - STZ_MIN_LR) * (1 + math.cos(math.pi * (e - warmup) / max(1, epochs - warmup))) / 2
 
 
 def _leading(shape: Sequence[int]) -> tuple[slice, ...]:
@@ -259,18 +408,22 @@ def _leading(shape: Sequence[int]) -> tuple[slice, ...]:
     return tuple(slice(0, s) for s in shape)
 
 
-def optimizer_rule(hyper: dict) -> Rule:
+def optimizer_rule(hyper: dict, recipe: str = "mixed") -> Rule:
     """The optimizer of a network of hyperparameters ``hyper``.
 
     Args:
         hyper: the network's hyperparameters (:func:`sample_hyperparameters`).
+        recipe: a key of :data:`RECIPES`.
 
     Returns:
-        Adam, AdamW (``Adam(decoupled=True)``) or SGD with momentum :data:`SGD_MOMENTUM`, with
-        ``torch.optim``'s defaults, as a :mod:`~neuralgraph.data.zoo_trainer` rule.
+        The rule (:mod:`~neuralgraph.data.zoo_trainer`), with ``torch.optim``'s defaults. In the
+        ``mixed`` recipe Adam, AdamW (``Adam(decoupled=True)``) or SGD with momentum
+        :data:`SGD_MOMENTUM`; in ``small-transformer-zoo`` SGD, SGD with momentum 0.9, Adam or RMSprop.
     """
     rules = {"adam": Adam(), "adamw": Adam(decoupled=True), "sgd": SGD(momentum=SGD_MOMENTUM)}
-    return rules[OPTIMIZERS[hyper["optimizer"]]]
+    if recipe == "small-transformer-zoo":
+        rules = {"sgd": SGD(), "sgd_momentum": SGD(momentum=SGD_MOMENTUM), "adam": Adam(), "rmsprop": RMSprop()}
+    return rules[RECIPES[recipe].choices["optimizer"][hyper["optimizer"]]]
 
 
 def stack_networks(networks: Sequence[int], settings: TransformerZooSettings, images: int,
@@ -282,9 +435,10 @@ def stack_networks(networks: Sequence[int], settings: TransformerZooSettings, im
 
     Each network trains on its own subset of the training images
     (:func:`~neuralgraph.data.cnn_zoo.training_subset`), in mini-batches of ``settings.batch_size``
-    in an order from its stream 1 (the last batch of an epoch may be smaller), under its own
-    optimizer (:func:`optimizer_rule`, its weight decay on every parameter). Every random draw is
-    made on the CPU whatever the device.
+    in an order from its stream 1 (the last batch of an epoch may be smaller, or is left out where
+    the recipe drops it), with dropout masks from its stream 3 (recipes with dropout), under its own
+    optimizer (:func:`optimizer_rule`, its weight decay on every parameter). Every random draw but
+    the dropout masks' (counter-based, on the device) is made on the CPU whatever the device.
 
     Args:
         networks: the networks' ids.
@@ -298,19 +452,17 @@ def stack_networks(networks: Sequence[int], settings: TransformerZooSettings, im
         stack row's position in ``networks``).
     """
     device = torch.device("cpu") if device is None else torch.device(device)
-    ids = list(networks)
-    seeds = [network_seed(settings.seed, i) for i in ids]
-    hypers = [sample_hyperparameters(s) for s in seeds]
-    subsets = [training_subset(settings, i, h["train_fraction"], images) for i, h in zip(ids, hypers)]
-    rules = [optimizer_rule(h) for h in hypers]
-    archs = [VitArchitecture(**architecture(h)) for h in hypers]
-    order = order_networks(archs, rules, [-(-len(s) // settings.batch_size) for s in subsets])
-    ordered = [hypers[k] for k in order]
-    stack = VitStack([initial_parameters(hypers[k], seeds[k]) for k in order], [archs[k] for k in order], device, dtype)
-    stack.optimizer([rules[k] for k in order], [h["lr"] for h in ordered], [h["weight_decay"] for h in ordered])
-    batches = MiniBatches([subsets[k] for k in order], [network_seed(settings.seed, ids[k], 1) for k in order],
-                          settings.batch_size, drop_last=False)
-    return stack, batches, order
+    recipe = settings.recipe
+    plan = plan_networks(networks, settings.seed, lambda seed: sample_hyperparameters(seed, recipe),
+                         lambda i, h: training_subset(settings, i, h["train_fraction"], images),
+                         lambda h: optimizer_rule(h, recipe), lambda h: VitArchitecture(**architecture(h, recipe)),
+                         settings.batch_size, RECIPES[recipe].drop_last)
+    ordered = plan.ordered(plan.hypers)
+    stack = VitStack([initial_parameters(h, s, recipe) for h, s in zip(ordered, plan.ordered(plan.seeds))],
+                     plan.ordered(plan.groups), device, dtype, dropout=[h.get("dropout", 0.0) for h in ordered],
+                     bit_seeds=plan.streams(3))
+    stack.optimizer(plan.ordered(plan.rules), [h["lr"] for h in ordered], [h["weight_decay"] for h in ordered])
+    return stack, plan.mini_batches(), plan.order
 
 
 def train_networks(networks: Sequence[int], settings: TransformerZooSettings, train, test,
@@ -335,10 +487,10 @@ def train_networks(networks: Sequence[int], settings: TransformerZooSettings, tr
     """
     device = torch.device("cpu") if device is None else torch.device(device)
     ids = list(networks)
-    hypers = [sample_hyperparameters(network_seed(settings.seed, i)) for i in ids]
+    hypers = [sample_hyperparameters(network_seed(settings.seed, i), settings.recipe) for i in ids]
     stack, batches, order = stack_networks(ids, settings, len(train[0]), device, dtype)
     row = torch.tensor(order).argsort()  # each network's row in the stack
-    shapes = stored_shapes()
+    shapes = stored_shapes(settings.recipe)
     records = []
 
     def record(checkpoint: Checkpoint) -> None:
@@ -353,8 +505,12 @@ def train_networks(networks: Sequence[int], settings: TransformerZooSettings, tr
                         "network": torch.tensor(ids)})
 
     epochs = max(settings.checkpoint_epochs)
+    rates = [hypers[k]["lr"] for k in order]
+    schedule = ((lambda epoch: [warmup_cosine(lr, epoch, epochs) for lr in rates])
+                if RECIPES[settings.recipe].schedule else None)
     fit(stack, batches, (stack.prepare(train[0]), train[1].to(device)), (stack.prepare(test[0]), test[1].to(device)),
-        settings.checkpoint_epochs, record, progress=bar and (lambda epoch: bar.update(len(ids) / epochs)))
+        settings.checkpoint_epochs, record, progress=bar and (lambda epoch: bar.update(len(ids) / epochs)),
+        lr_schedule=schedule)
     tensors = {k: torch.cat([r[k] for r in records]).contiguous() for k in records[0]}
     for key in hypers[0]:
         dtype_ = torch.float32 if isinstance(hypers[0][key], float) else torch.long
@@ -403,8 +559,9 @@ def make_transformer_zoo(out: PathLike, settings: TransformerZooSettings = Trans
     Returns:
         The manifest, as written.
     """
+    shared = RECIPES[settings.recipe]
     return write_zoo(out, ZOO_FOLDER, settings, train_shard, "ViT", root, progress, distributed, merge,
-                     architecture=ARCHITECTURE, choices={k: list(v) for k, v in CHOICES.items()})
+                     architecture=shared.architecture, choices={k: list(v) for k, v in shared.choices.items()})
 
 
 class TransformerZooDataset(Dataset):
@@ -445,7 +602,7 @@ class TransformerZooDataset(Dataset):
     def _load_shard(self, record: dict) -> dict[str, Tensor]:
         path = self.root / record["file"]
         tensors = read_shard(path, record, ZOO_FOLDER.command)
-        parameters = list(stored_shapes())
+        parameters = list(stored_shapes(self.manifest.get("recipe", "mixed")))
         for key in [*parameters, "depth", "heads", "mlp_dim", "activation", "network", "epoch", "test_accuracy"]:
             if key not in tensors:
                 raise DatasetError(f"{path}: tensor {key!r} is missing")

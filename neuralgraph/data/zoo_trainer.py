@@ -47,8 +47,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Union
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -168,17 +169,13 @@ class StackedOptimizer:
                              f"{len(weight_decay)} weight decays")
         self.params, self.rules = params, list(rules)
         device, dtype = params.device, params.dtype
-        lr64 = torch.tensor(list(lr), dtype=torch.float64, device=device)
         wd64 = torch.tensor(list(weight_decay), dtype=torch.float64, device=device)
-        self.lr64 = lr64
-        self.neg_lr = (-lr64).to(dtype).unsqueeze(1)
         decay = torch.ones(params.shape[1], dtype=dtype, device=device) if decay is None else decay.to(device, dtype)
         coupled = torch.tensor([not (isinstance(r, Adam) and r.decoupled) for r in rules], device=device)
         self.coupled = (torch.where(coupled, wd64, 0).to(dtype).unsqueeze(1) * decay).contiguous()
         self.uses_coupled = [bool(w) for w in torch.where(coupled, wd64, 0).tolist()]
-        # decoupled decay: p *= 1 - lr * wd on the decayed entries (1 elsewhere)
-        shrink = (1 - lr64 * torch.where(coupled, 0, wd64)).to(dtype).unsqueeze(1)
-        self.shrink = (1 + (shrink - 1) * decay).contiguous()
+        self._decoupled_wd, self._decay = torch.where(coupled, 0, wd64), decay
+        self.set_lr(lr)
         self.uses_shrink = [isinstance(r, Adam) and r.decoupled and w != 0 for r, w in zip(rules, weight_decay)]
         self.steps = torch.zeros(n, dtype=torch.float64, device=device)
         first = any(isinstance(r, Adam) or (isinstance(r, SGD) and r.momentum) for r in rules)
@@ -187,6 +184,20 @@ class StackedOptimizer:
         self.exp_avg_sq = torch.zeros_like(params) if second else None
         self._rows: dict[tuple, Tensor] = {}
         self.blocks = _runs(self.rules if groups is None else list(zip(groups, map(repr, self.rules))))
+
+    def set_lr(self, lr: Sequence[float]) -> None:
+        """Each network's learning rate from now on (a schedule's; the state is kept).
+
+        Args:
+            lr: each network's learning rate.
+        """
+        dtype = self.params.dtype
+        lr64 = torch.tensor(list(lr), dtype=torch.float64, device=self.params.device)
+        self.lr64 = lr64
+        self.neg_lr = (-lr64).to(dtype).unsqueeze(1)
+        # decoupled decay: p *= 1 - lr * wd on the decayed entries (1 elsewhere)
+        shrink = (1 - lr64 * self._decoupled_wd).to(dtype).unsqueeze(1)
+        self.shrink = (1 + (shrink - 1) * self._decay).contiguous()
 
     @torch.no_grad()
     def step(self, grad: Tensor, rows: Optional[Sequence[int]] = None) -> None:
@@ -822,6 +833,10 @@ class ConvStack:
         self.optimizer_ = StackedOptimizer(self.params, rules, lr, weight_decay, mask, groups)
         return self.optimizer_
 
+    def set_lr(self, lr: Sequence[float]) -> None:
+        """Each network's learning rate from now on (:meth:`StackedOptimizer.set_lr`)."""
+        self.optimizer_.set_lr(lr)
+
     # -- data
     def prepare(self, images: Tensor) -> Tensor:
         """Inputs of :meth:`step` and :meth:`evaluate` for ``images`` ``[N, 1, H, W]``, on the stack's
@@ -1074,7 +1089,7 @@ class VitArchitecture(NamedTuple):
         heads: attention heads per block.
         mlp_dim: hidden width of each block's MLP.
         patch: side of the square patches.
-        activation: the MLPs' activation (``"gelu"`` or ``"silu"``).
+        activation: the MLPs' activation (``"gelu"``, ``"silu"`` or ``"relu"``).
         classes: outputs.
         image_size: side of the square input images.
     """
@@ -1144,7 +1159,27 @@ class _VitGroup:
         return {k: self.tensor(flat, k).detach().clone() for k in self.shapes}
 
 
-def vit_forward(group: _VitGroup, flat: Tensor, patches: Tensor) -> Tensor:
+#: The ViT's dropout layers, in the order their masks are drawn: on the embedded tokens, then per
+#: block on the attention's output and on the MLP's, each before its residual add.
+VIT_DROPOUT_SITES = ("embedding", "attention", "mlp")
+VIT_ACTIVATIONS = {"gelu": F.gelu, "silu": F.silu, "relu": F.relu}
+
+
+def vit_dropout_units(arch: VitArchitecture, images: int) -> int:
+    """The dropout units of one step of one network on ``images`` images: tokens x width at each of
+    the ``1 + 2 depth`` sites (:data:`VIT_DROPOUT_SITES`).
+
+    Args:
+        arch: the network's architecture.
+        images: its images this step.
+
+    Returns:
+        The count (also the 16-bit integers its :class:`RandomBits` stream gives up).
+    """
+    return (1 + 2 * arch.depth) * images * (arch.image_size // arch.patch) ** 2 * arch.dim
+
+
+def vit_forward(group: _VitGroup, flat: Tensor, patches: Tensor, keep: Optional[Tensor] = None) -> Tensor:
     """The logits of ``k`` networks of one architecture, each on its own images: the arithmetic of
     ``ZooViT`` in training mode, one ``bmm`` per layer over the networks.
 
@@ -1152,6 +1187,8 @@ def vit_forward(group: _VitGroup, flat: Tensor, patches: Tensor) -> Tensor:
         group: the networks' architecture and parameter layout.
         flat: ``[k, P]`` their parameters (rows of the group's flat tensor).
         patches: ``[k, B, tokens, patch * patch]`` (or ``[1, ...]``: the same for all).
+        keep: dropout's scaled keep masks ``[k, 1 + 2 depth, B * tokens, dim]`` (0 or ``1 / (1 - rate)``,
+            :data:`VIT_DROPOUT_SITES` order), or ``None`` (no dropout).
 
     Returns:
         ``[k, B, classes]``.
@@ -1173,7 +1210,9 @@ def vit_forward(group: _VitGroup, flat: Tensor, patches: Tensor) -> Tensor:
 
     x = linear(patches.reshape(k, B * L, -1), t("patch.weight").reshape(k, d, -1), t("patch.bias"))
     x = (x.view(k, B, L, d) + t("position").view(k, 1, L, d)).view(k, B * L, d)
-    act = F.gelu if arch.activation == "gelu" else F.silu
+    drop = (lambda h, site: h) if keep is None else (lambda h, site: h * keep[:, site])
+    x = drop(x, 0)
+    act = VIT_ACTIVATIONS[arch.activation]
     for b in range(arch.depth):
         pre = f"blocks.{b}"
         h = norm(x, f"{pre}.norm1")
@@ -1183,10 +1222,11 @@ def vit_forward(group: _VitGroup, flat: Tensor, patches: Tensor) -> Tensor:
         # they take half the time of the fused attention kernel, backward included
         scores = torch.matmul(q * hd ** -0.5, key.transpose(-1, -2))  # [kB, heads, L, L]
         attention = torch.matmul(torch.softmax(scores, -1), v).transpose(1, 2).reshape(k, B * L, d)
-        x = x + linear(attention, t(f"{pre}.attention.out_proj.weight"), t(f"{pre}.attention.out_proj.bias"))
+        x = x + drop(linear(attention, t(f"{pre}.attention.out_proj.weight"), t(f"{pre}.attention.out_proj.bias")),
+                     1 + 2 * b)
         h = norm(x, f"{pre}.norm2")
         h = act(linear(h, t(f"{pre}.mlp.0.weight"), t(f"{pre}.mlp.0.bias")))
-        x = x + linear(h, t(f"{pre}.mlp.2.weight"), t(f"{pre}.mlp.2.bias"))
+        x = x + drop(linear(h, t(f"{pre}.mlp.2.weight"), t(f"{pre}.mlp.2.bias")), 2 + 2 * b)
     pooled = norm(x, "norm").view(k, B, L, d).mean(2)
     return linear(pooled, t("head.weight"), t("head.bias"))
 
@@ -1199,16 +1239,22 @@ class VitStack:
     :class:`StackedOptimizer`). A step runs each group's stepping networks as one batch of
     products (:func:`vit_forward`; a network with fewer images this step has its batch padded with
     images of weight 0) and autograd; every network's loss is its own mean cross-entropy.
+    ``dropout``: each network's rate at the :data:`VIT_DROPOUT_SITES`, its masks drawn from its own
+    :class:`RandomBits` stream (seeded by ``bit_seeds``), site by site, so that they depend on its
+    own steps alone.
 
     Args:
         states: each network's state dict (``ZooViT``'s keys).
         architectures: each network's architecture.
         device: where they train (default: their tensors').
         dtype: their dtype (default: their tensors').
+        dropout: each network's dropout rate (default: none).
+        bit_seeds: each network's seed of its dropout stream (default: its row).
     """
 
     def __init__(self, states: Sequence[dict[str, Tensor]], architectures: Sequence[VitArchitecture],
-                 device=None, dtype=None):
+                 device=None, dtype=None, dropout: Optional[Sequence[float]] = None,
+                 bit_seeds: Optional[Sequence[int]] = None):
         first = next(iter(states[0].values()))
         self.device = torch.device(device) if device is not None else first.device
         self.dtype = dtype or first.dtype
@@ -1223,11 +1269,37 @@ class VitStack:
         self.optimizers: list[StackedOptimizer] = []
         self.workers = _Workers()
         self._rows: dict[tuple, Tensor] = {}
+        rates = [0.0] * self.n if dropout is None else list(dropout)
+        if len(rates) != self.n:
+            raise ValueError(f"VitStack: {self.n} networks, {len(rates)} dropout rates")
+        self.thresholds = [keep_threshold(r) for r in rates]
+        self.keep_scale = [1.0 / (1.0 - r) for r in rates]
+        self.bits = RandomBits(range(self.n) if bit_seeds is None else bit_seeds, self.device)
 
     def optimizer(self, rules: Sequence[Rule], lr: Sequence[float], weight_decay: Sequence[float]) -> None:
         """Attach each group's optimizer (weight decay on every parameter)."""
         self.optimizers = [StackedOptimizer(g.params, rules[s:e], lr[s:e], weight_decay[s:e])
                            for s, e, g in self.groups]
+
+    def set_lr(self, lr: Sequence[float]) -> None:
+        """Each network's learning rate from now on (:meth:`StackedOptimizer.set_lr`)."""
+        for (start, end, _), optimizer in zip(self.groups, self.optimizers):
+            optimizer.set_lr(lr[start:end])
+
+    def _keep(self, g: _VitGroup, networks: list[int], sizes: list[int], B: int) -> Optional[Tensor]:
+        """The scaled keep masks of one step of ``networks`` (stack rows) on ``sizes`` images each
+        (padded to ``B``), as :func:`vit_forward` takes them, or ``None`` when none drops."""
+        if all(self.thresholds[i] is None for i in networks):
+            return None
+        arch = g.arch
+        sites, L, d = 1 + 2 * arch.depth, (arch.image_size // arch.patch) ** 2, arch.dim
+        keep = torch.ones(len(networks), sites, B, L, d, dtype=g.params.dtype, device=self.device)
+        for j, (i, size) in enumerate(zip(networks, sizes)):
+            if self.thresholds[i] is None:
+                continue
+            bits = self.bits.draw(i, vit_dropout_units(arch, size)).view(sites, size, L, d)
+            keep[j, :, :size] = keep_mask(bits, self.thresholds[i], g.params.dtype) * self.keep_scale[i]
+        return keep.view(len(networks), sites, B * L, d)
 
     def prepare(self, images: Tensor) -> Tensor:
         """Inputs of :meth:`step` and :meth:`evaluate`: the images' patches on the stack's device and dtype."""
@@ -1268,7 +1340,8 @@ class VitStack:
             if key not in self._rows:  # made once per pattern: no copy to the device per step
                 self._rows[key] = torch.tensor(picked, device=self.device)
             picked = self._rows[key]
-        logits = vit_forward(g, leaf[picked], inputs[index])
+        keep = self._keep(g, [start + r for r in rows], sizes, B)
+        logits = vit_forward(g, leaf[picked], inputs[index], keep)
         ce = F.cross_entropy(logits.flatten(0, 1), labels[index].flatten(), reduction="none").view(len(rows), B)
         if min(sizes) == B:
             loss = ce.mean(1).sum()
@@ -1339,6 +1412,110 @@ class Checkpoint(NamedTuple):
     alive: Tensor  # [n] bool: trained this far with finite parameters (always all when not stopping)
 
 
+def network_seed(seed: int, network: int, stream: int = 0) -> int:
+    """Seed of one of ``network``'s random streams: 0 its hyperparameters and initialisation, 1 its
+    mini-batch order, 2 its training subset, 3 its dropout masks (every zoo generator's convention).
+
+    Args:
+        seed: the zoo's seed.
+        network: the network's id.
+        stream: 0, 1, 2 or 3.
+
+    Returns:
+        A 32-bit seed.
+    """
+    return int(np.random.SeedSequence([seed, network, stream]).generate_state(1)[0])
+
+
+class NetworkPlan(NamedTuple):
+    """The networks of one shard, drawn and put in a stack's order (:func:`plan_networks`).
+
+    Attributes:
+        ids: the networks' ids, as given.
+        seeds: their stream-0 seeds (hyperparameters, initialisation).
+        hypers: their hyperparameters.
+        subsets: their training images.
+        rules: their optimizer rules.
+        groups: what networks stacked together share (an activation, an architecture).
+        order: the stack's order (positions in ``ids``).
+        zoo_seed: the zoo's seed.
+        batch_size: the mini-batch size.
+        drop_last: an epoch leaves out its last, smaller mini-batch.
+    """
+
+    ids: list
+    seeds: list
+    hypers: list
+    subsets: list
+    rules: list
+    groups: list
+    order: list
+    zoo_seed: int
+    batch_size: int
+    drop_last: bool
+
+    def ordered(self, values: Sequence) -> list:
+        """``values`` in the stack's order.
+
+        Args:
+            values: one per network, in the order of ``ids``.
+
+        Returns:
+            The values, reordered.
+        """
+        return [values[k] for k in self.order]
+
+    def streams(self, stream: int) -> list[int]:
+        """Each network's seed of one of its streams, in the stack's order.
+
+        Args:
+            stream: the stream (:func:`network_seed`).
+
+        Returns:
+            The seeds.
+        """
+        return [network_seed(self.zoo_seed, self.ids[k], stream) for k in self.order]
+
+    def mini_batches(self) -> MiniBatches:
+        """The networks' mini-batches, in the stack's order.
+
+        Returns:
+            Each network's mini-batches of its own images, in an order from its stream 1.
+        """
+        return MiniBatches(self.ordered(self.subsets), self.streams(1), self.batch_size, drop_last=self.drop_last)
+
+
+def plan_networks(ids: Sequence[int], zoo_seed: int, sample: Callable[[int], dict],
+                  subset: Callable[[int, dict], Tensor], rule: Callable[[dict], Rule], group: Callable[[dict], Any],
+                  batch_size: int, drop_last: bool) -> NetworkPlan:
+    """Draw a shard's networks as every zoo generator does: each network's hyperparameters from its
+    stream-0 seed, its training images and optimizer rule from them, then the stack's order
+    (:func:`order_networks`: by group, rule, most steps first).
+
+    Args:
+        ids: the networks' ids.
+        zoo_seed: the zoo's seed.
+        sample: a network's hyperparameters from its seed.
+        subset: a network's training images from its id and hyperparameters.
+        rule: its optimizer rule from its hyperparameters.
+        group: what it shares with the networks stacked beside it, from its hyperparameters.
+        batch_size: the mini-batch size.
+        drop_last: an epoch leaves out its last, smaller mini-batch.
+
+    Returns:
+        The plan.
+    """
+    ids = list(ids)
+    seeds = [network_seed(zoo_seed, i) for i in ids]
+    hypers = [sample(s) for s in seeds]
+    subsets = [subset(i, h) for i, h in zip(ids, hypers)]
+    rules = [rule(h) for h in hypers]
+    groups = [group(h) for h in hypers]
+    steps = [len(s) // batch_size if drop_last else -(-len(s) // batch_size) for s in subsets]
+    return NetworkPlan(ids, seeds, hypers, subsets, rules, groups, order_networks(groups, rules, steps), zoo_seed,
+                       batch_size, drop_last)
+
+
 def order_networks(groups: Sequence, rules: Sequence[Rule], steps: Sequence[int]) -> list[int]:
     """A stack's order of networks: by architecture, then rule, then most steps per epoch first, so
     that the networks still stepping lead every run of one group and rule.
@@ -1357,7 +1534,8 @@ def order_networks(groups: Sequence, rules: Sequence[Rule], steps: Sequence[int]
 
 def fit(stack, batches: MiniBatches, train: tuple[Tensor, Tensor], test: tuple[Tensor, Tensor],
         checkpoint_epochs: Sequence[int], record: Callable[[Checkpoint], None], stop_nonfinite: bool = False,
-        progress: Optional[Callable[[int], None]] = None, threads: Optional[int] = None) -> None:
+        progress: Optional[Callable[[int], None]] = None, threads: Optional[int] = None,
+        lr_schedule: Optional[Callable[[int], Sequence[float]]] = None) -> None:
     """Train every network of ``stack`` for ``max(checkpoint_epochs)`` epochs of its own
     ``batches`` and call ``record`` at each checkpoint epoch (0: before training).
 
@@ -1379,17 +1557,19 @@ def fit(stack, batches: MiniBatches, train: tuple[Tensor, Tensor], test: tuple[T
         stop_nonfinite: stop a network whose parameters or losses become non-finite.
         progress: called with each epoch number after its training.
         threads: networks trained side by side on CPU.
+        lr_schedule: ``lr_schedule(epoch)``, each network's learning rate (stack order) in that epoch
+            (1, 2, ...), set before it; ``None``: the optimizer's rates throughout.
     """
     device = train[0].device
     if device.type != "cpu":
-        _fit(stack, batches, train, test, checkpoint_epochs, record, stop_nonfinite, progress)
+        _fit(stack, batches, train, test, checkpoint_epochs, record, stop_nonfinite, progress, lr_schedule)
         return
     stack.workers = _Workers(torch.get_num_threads() if threads is None else threads)
     with op_threads(1):
-        _fit(stack, batches, train, test, checkpoint_epochs, record, stop_nonfinite, progress)
+        _fit(stack, batches, train, test, checkpoint_epochs, record, stop_nonfinite, progress, lr_schedule)
 
 
-def _fit(stack, batches, train, test, checkpoint_epochs, record, stop_nonfinite, progress) -> None:
+def _fit(stack, batches, train, test, checkpoint_epochs, record, stop_nonfinite, progress, lr_schedule) -> None:
     n = stack.n
     device = train[0].device
     subsets = [s.to(device) for s in batches.subsets]
@@ -1398,6 +1578,8 @@ def _fit(stack, batches, train, test, checkpoint_epochs, record, stop_nonfinite,
     last = max(checkpoint_epochs)
     for epoch in range(last + 1):
         if epoch > 0:
+            if lr_schedule is not None:
+                stack.set_lr(lr_schedule(epoch))
             order = [[b.to(device, non_blocking=True) for b in batches.epoch(i)] if alive_host[i] else []
                      for i in range(n)]
             for s in range(max(map(len, order), default=0)):

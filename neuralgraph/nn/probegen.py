@@ -323,10 +323,10 @@ def _cnn_zoo_candidates(layout: tuple[int, ...]) -> list[dict[str, Any]]:
 
 
 def _transformer_zoo_candidates(layout: tuple[int, ...]) -> list[dict[str, Any]]:
-    """Every architecture of the transformer zoo's distribution (their traced walks tell them apart)."""
-    from neuralgraph.data.transformer_zoo import ACTIVATIONS, ARCHITECTURE, DEPTHS, HEADS, MLP_DIMS
-    return [{**ARCHITECTURE, "depth": d, "heads": h, "mlp_dim": m, "activation": a}
-            for d, h, m, a in itertools.product(DEPTHS, HEADS, MLP_DIMS, ACTIVATIONS)]
+    """Every architecture of the transformer zoo's recipes (their traced walks tell them apart)."""
+    from neuralgraph.data.transformer_zoo import RECIPES
+    return [{**r.architecture, "depth": d, "heads": h, "mlp_dim": m, "activation": a} for r in RECIPES.values()
+            for d, h, m, a in itertools.product(r.depths, r.heads, r.mlp_dims, r.choices["activation"])]
 
 
 #: The :class:`Family` of each zoo whose graphs :class:`ModuleResponses` rebuilds, by name.
