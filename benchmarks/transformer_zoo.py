@@ -24,7 +24,7 @@ Protocols:
 * ``cpu``: the recipe at CPU scale (docs/transformer_zoo.md): 96 networks on all 60,000 MNIST
   training images (each its fraction), batch 128, 6 epochs of the recipe's warmup-cosine schedule
   scaled to them, checkpoints after epochs 1, 3, 5 and 6 (the recipe's 1, 50, 75, 100 of 100, scaled);
-  the zoo's network-level split (70/15/15%); every system 50 epochs, batch 32, seed 0, then seeds 1-2.
+  the zoo's network-level split (70/15/15%); every system 20 epochs, batch 32, seed 0, then seeds 1-2.
 * ``smoke``: 8 networks on the embedded MNIST subset, width 8, 1 layer, 1 epoch: plumbing only.
 
 Anchor: Transformer-NFN's Small Transformer Zoo (MNIST and AGNews ViT/transformer zoos, their Kendall
@@ -62,7 +62,7 @@ PROBING = {"probegen", "probe"}
 PROBING_TASK = {"lr": 3.0e-4, "weight_decay": 0.0, "normalize_inputs": False}
 ORDER = plan_order(tuple(SYSTEMS))
 RECIPE = "small-transformer-zoo"  # the cpu protocol's zoo, whose networks the configs are matched on
-EPOCHS_CPU = 50
+EPOCHS_CPU = 20  # about 1 min an epoch for GMN on one shared thread (docs/benchmarks.md)
 
 PROTOCOLS = {
     "cpu": {

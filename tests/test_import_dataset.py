@@ -79,6 +79,29 @@ def test_the_order_files_first_line_is_data_as_nfn_reads_it_or_a_header(zoo_sour
     assert isinstance(as_nfn.weights, np.memmap)  # never loaded whole
 
 
+def test_split_by_network_keeps_each_networks_checkpoints_in_one_split(zoo_source, tmp_path):
+    """With one step the split by network is NFN's row split; with every step, each network's rows
+    land in one split, the networks split as NFN splits rows (second half test), and the CLI option
+    is recorded in the import's settings."""
+    src, params = zoo_source
+    one = {"splits_file": src / "zoo_split.csv", "order_header": "header"}
+    by_row, by_network = (small_cnn_zoo.scan(src, **one, split_by=unit) for unit in ("row", "network"))
+    assert all(np.array_equal(by_row.splits[s], by_network.splits[s]) for s in ("train", "val", "test"))
+    every = small_cnn_zoo.scan(src, steps=(0, 86), split_by="network")
+    networks = {s: set(every.metrics["modeldir"][rows]) for s, rows in every.splits.items()}
+    assert not (networks["train"] & networks["val"]) and not (networks["train"] | networks["val"]) & networks["test"]
+    for split, rows in every.splits.items():
+        assert len(rows) == 2 * len(networks[split]), split  # both checkpoints of each network
+    order = list(dict.fromkeys(every.metrics["modeldir"].tolist()))
+    assert networks["test"] == set(order[len(order) // 2:])
+    with pytest.raises(SourceError, match="split_by='rows'"):
+        small_cnn_zoo.scan(src, split_by="rows")
+    out = tmp_path / "zoo"
+    assert main(["import-dataset", "small-cnn-zoo", str(src), "--out", str(out), "--steps", "0", "86",
+                 "--split-by", "network"]) == 0
+    assert CnnZooDataset(out, "test").tensors["row"].tolist() == every.splits["test"].tolist()
+
+
 def test_zoo_import_is_byte_identical_on_rerun_and_resumes_a_killed_run(zoo_source, tmp_path):
     src, _ = zoo_source
     out = tmp_path / "zoo"

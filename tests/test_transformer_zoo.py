@@ -344,3 +344,22 @@ def test_a_tiny_recipe_zoo_rebuilds_its_networks(tiny_stz):
         TransformerZooSettings(recipe="vit")
     with pytest.raises(ValueError, match="batch_size=200: larger than the smallest training subset"):
         TransformerZooSettings(train_size=256, batch_size=200, recipe=STZ)
+
+
+def test_the_manifest_and_zoo_report_give_the_accuracy_per_checkpoint_epoch(tiny_stz, tmp_path, capsys):
+    """A finished sharded zoo records its test accuracy per checkpoint epoch, and zoo-report reads its shards."""
+    data = {split: TransformerZooDataset(tiny_stz, split) for split in ("train", "val", "test")}
+    accuracy = torch.cat([d.accuracy for d in data.values()]).double()
+    epochs = torch.cat([d.tensors["epoch"] for d in data.values()])
+    summary = json.loads((tiny_stz / "manifest.json").read_text())["accuracy"]
+    assert list(summary) == ["1", "2"]
+    for epoch, row in summary.items():
+        values = accuracy[epochs == int(epoch)]
+        assert row["networks"] == TINY_STZ.networks and row["diverged"] == 0
+        assert row["min"] == round(float(values.min()), 4) and row["max"] == round(float(values.max()), 4)
+        assert row["median"] == round(float(torch.quantile(values, 0.5)), 4)
+    png = tmp_path / "accuracy.png"
+    assert main(["zoo-report", str(tiny_stz), "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| epoch | networks |") and f"| 2 | {TINY_STZ.networks} | 0 |" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -13,8 +13,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: the subcommand's parser.
     """
-    parser.add_argument("root", help="a zoo of the Small CNN Zoo's format (make-cnn-zoo --preset small-cnn-zoo, "
-                                     "or the released zoo's folder)")
+    parser.add_argument("root", help="a zoo folder: the Small CNN Zoo's format (make-cnn-zoo --preset small-cnn-zoo, "
+                                     "or the released zoo's folder), or make-cnn-zoo's or make-transformer-zoo's")
     parser.add_argument("--png", default=None, help="write the histograms (one panel per checkpoint epoch) here")
     parser.add_argument("--markdown", default=None, help="write the table here (it is always printed)")
     parser.add_argument("--title", default=None, help="the histogram's title (default: the folder)")

@@ -46,7 +46,9 @@ from neuralgraph.data.shards import (
     read_manifest,
     read_shard,
     shard_name,
+    write_manifest,
 )
+from neuralgraph.data.zoo_report import accuracy_summary, read_shard_metrics
 from neuralgraph.data.formats import imported_format
 from neuralgraph.data.mnist import PathLike, load_digits
 from neuralgraph.data.zoo_trainer import Adam, Checkpoint, ConvStack, MiniBatches, Rule, SGD, fit, network_seed, plan_networks
@@ -393,7 +395,7 @@ def write_zoo(out: PathLike, folder: FolderFormat, settings, train_shard: Callab
             todo.append((path, first, count))
     writer.start()
     if not todo:
-        return manifest
+        return record_accuracy(out, manifest, distributed)
     train = _mnist("train", settings.train_size, settings.source, root)
     test = _mnist("test", settings.test_size, settings.source, root)
     done = settings.networks - sum(count for _, _, count in todo)
@@ -402,6 +404,26 @@ def write_zoo(out: PathLike, folder: FolderFormat, settings, train_shard: Callab
         for path, first, count in todo:
             writer.commit(path, safetensors_bytes(train_shard(first, count, settings, train, test, bar)))
             bar.checkpoint()
+    return record_accuracy(out, manifest, distributed)
+
+
+def record_accuracy(out: Path, manifest: dict, distributed: Optional[Worker]) -> dict:
+    """The finished zoo's manifest with its test accuracy per checkpoint epoch
+    (:func:`~neuralgraph.data.zoo_report.accuracy_summary`, what ``neuralgraph zoo-report`` prints),
+    written once; a worker's or an unfinished zoo's manifest is left as it is.
+
+    Args:
+        out: the zoo folder.
+        manifest: its manifest.
+        distributed: this process's worker, or ``None``.
+
+    Returns:
+        The manifest.
+    """
+    finished = sum(s["networks"] for s in manifest["shards"]) == manifest["networks"]
+    if distributed is None and finished and "accuracy" not in manifest:
+        manifest["accuracy"] = accuracy_summary(*read_shard_metrics(out))
+        write_manifest(out, manifest)
     return manifest
 
 

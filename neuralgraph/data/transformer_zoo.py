@@ -146,6 +146,7 @@ STZ_DROPOUT = (0.0, 0.05, 0.1, 0.15, 0.2)
 #: The cosine schedule's final learning rate (the recipe's ``eta_min``).
 STZ_MIN_LR = 1e-5
 
+#: The recipes by name (``TransformerZooSettings.recipe``; the module docstring describes both).
 RECIPES = {
     # mixed architectures, continuous hyperparameter ranges (the module docstring's first list)
     "mixed": Recipe(ARCHITECTURE, DEPTHS, HEADS, MLP_DIMS, CHOICES, drop_last=False, schedule=False),

@@ -6,7 +6,9 @@ quartiles and maximum of the networks' test accuracy (:func:`accuracy_summary`),
 ``make-cnn-zoo --preset small-cnn-zoo`` records in the manifest and ``neuralgraph zoo-report``
 prints as markdown (:func:`summary_markdown`) beside a histogram PNG drawn with Pillow
 (:func:`histogram_png`). It reads the Small CNN Zoo's ``metrics.csv.gz`` (``step``,
-``test_accuracy``), so the released zoo reports the same way as a generated one.
+``test_accuracy``), so the released zoo reports the same way as a generated one, and the sharded
+folders of ``make-cnn-zoo`` and ``make-transformer-zoo`` (each shard's ``epoch`` and
+``test_accuracy``), whose manifests record the summary too.
 """
 from __future__ import annotations
 
@@ -22,26 +24,63 @@ BINS = 20  # histogram bins over accuracy 0 .. 1
 
 
 def read_metrics(folder: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    """The checkpoint epoch and test accuracy of every row of a zoo's ``metrics.csv.gz``.
+    """The checkpoint epoch and test accuracy of every entry of a zoo.
 
     Args:
-        folder: a Small-CNN-Zoo-format folder (generated or released).
+        folder: a Small-CNN-Zoo-format folder (generated or released: its ``metrics.csv.gz``), or a
+            sharded zoo folder of ``make-cnn-zoo`` or ``make-transformer-zoo`` (its shards, each
+            checked against the manifest's sha256).
 
     Returns:
         ``(epochs, accuracies)``, one entry per row (network x checkpoint).
 
     Raises:
-        ValueError: the file is missing or lacks the ``step`` or ``test_accuracy`` column (named).
+        ValueError: the folder is neither, or its metrics lack the ``step`` (``epoch``) or
+            ``test_accuracy`` column (named).
     """
     path = Path(folder) / "metrics.csv.gz"
+    if not path.is_file() and (Path(folder) / "manifest.json").is_file():
+        return read_shard_metrics(Path(folder))
     if not path.is_file():
-        raise ValueError(f"{path}: no such file (a zoo of the Small CNN Zoo's format has one)")
+        raise ValueError(f"{path}: no such file (a zoo of the Small CNN Zoo's format has one; a sharded zoo "
+                         "folder has a manifest.json)")
     with gzip.open(path, "rt") as f:
         rows = list(csv.DictReader(f))
     for column in ("step", "test_accuracy"):
         if not rows or column not in rows[0]:
             raise ValueError(f"{path}: no {column!r} column")
     return (np.array([int(float(r["step"])) for r in rows]), np.array([float(r["test_accuracy"]) for r in rows]))
+
+
+def read_shard_metrics(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The checkpoint epoch and test accuracy of every entry of a sharded zoo folder.
+
+    Args:
+        folder: a folder of ``make-cnn-zoo`` or ``make-transformer-zoo`` (every shard written).
+
+    Returns:
+        ``(epochs, accuracies)``, one entry per network x checkpoint.
+
+    Raises:
+        ValueError: the manifest lists no shards, or a shard lacks ``epoch`` or ``test_accuracy`` (named).
+    """
+    import json
+
+    from neuralgraph.data.shards import read_shard
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    shards = manifest.get("shards") or []
+    if not shards:
+        raise ValueError(f"{folder / 'manifest.json'}: lists no shards (not a zoo folder, or none trained yet)")
+    epochs, accuracies = [], []
+    for record in shards:
+        tensors = read_shard(folder / record["file"], record, "the zoo's command")
+        for key in ("epoch", "test_accuracy"):
+            if key not in tensors:
+                raise ValueError(f"{folder / record['file']}: no {key!r} tensor")
+        epochs.append(tensors["epoch"].numpy())
+        accuracies.append(tensors["test_accuracy"].double().numpy())
+    return np.concatenate(epochs).astype(np.int64), np.concatenate(accuracies)
 
 
 def accuracy_summary(epochs: np.ndarray, accuracies: np.ndarray) -> dict[str, dict[str, float]]:

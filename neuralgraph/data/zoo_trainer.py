@@ -1159,9 +1159,10 @@ class _VitGroup:
         return {k: self.tensor(flat, k).detach().clone() for k in self.shapes}
 
 
-#: The ViT's dropout layers, in the order their masks are drawn: on the embedded tokens, then per
-#: block on the attention's output and on the MLP's, each before its residual add.
+#: The ViT's dropout layers in the order their masks are drawn (the embedded tokens, then per
+#: block the attention's output and the MLP's, each before its residual add).
 VIT_DROPOUT_SITES = ("embedding", "attention", "mlp")
+#: The MLP activations a ViT of the stack may have.
 VIT_ACTIVATIONS = {"gelu": F.gelu, "silu": F.silu, "relu": F.relu}
 
 

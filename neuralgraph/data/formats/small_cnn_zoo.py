@@ -16,7 +16,10 @@ to ``step`` in ``steps`` (86, the last checkpoint, by default); the second half 
 first half is shuffled with ``random.Random(0)`` and cut 80/20 into ``train`` and ``val``. NFN
 reads the order file with ``header=None``, so its first line ``0`` (a pandas column name) is
 taken as a row index: ``order_header="data"`` does the same (row 0 then appears twice, and the
-split equals NFN's); ``"header"`` skips it.
+split equals NFN's); ``"header"`` skips it. With several ``steps``, ``split_by="network"`` applies
+that split to the networks (``modeldir``, in the order of their first kept row) and gives each
+split all the kept rows of its networks, so that no network has checkpoints in two splits; with
+one step it is NFN's split.
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ KIND = "cnn-zoo"
 FINAL_STEP = 86
 STEPS = (FINAL_STEP,)
 ORDER_HEADERS = ("data", "header")
+SPLIT_UNITS = ("row", "network")
 OPTIONS = (
     Option("splits_file", Path, None, "NFN's *_split.csv order file (without one, the rows' own order)",
            metavar="FILE", flag="--splits"),
@@ -50,6 +54,9 @@ OPTIONS = (
            nargs="+"),
     Option("order_header", str, "data", "the order file's first line '0' read as a row index, as NFN reads it "
                                         "(data), or skipped (header)", choices=ORDER_HEADERS),
+    Option("split_by", str, "row", "NFN's split over the kept rows (row), or over the networks ('modeldir'), each "
+                                   "with all its kept checkpoints (network; the same split with one step)",
+           choices=SPLIT_UNITS),
 )
 METRICS = ("test_accuracy", "test_loss", "train_accuracy", "train_loss")
 ARCHITECTURE = {"kernel": 3, "stride": 2, "padding": "valid", "pooling": "global_average", "source": "keras"}
@@ -193,7 +200,7 @@ def nfn_split(count: int) -> dict[str, list[int]]:
 
 
 def scan(src: Path, splits_file: Optional[Path] = None, steps: Sequence[int] = STEPS,
-         activations: Optional[Sequence[str]] = None, order_header: str = "data") -> ZooSource:
+         activations: Optional[Sequence[str]] = None, order_header: str = "data", split_by: str = "row") -> ZooSource:
     """The zoo at ``src``, split as NFN splits it; ``activations`` keeps those networks only.
 
     Args:
@@ -203,10 +210,14 @@ def scan(src: Path, splits_file: Optional[Path] = None, steps: Sequence[int] = S
         activations: the activations kept, or ``None`` for all.
         order_header: ``"data"`` (the order file's first line is a row, as NFN reads it) or
             ``"header"`` (it is skipped); module docstring.
+        split_by: ``"row"`` (NFN's split of the kept rows) or ``"network"`` (the same split of the
+            networks, each with all its kept rows); module docstring.
 
     Returns:
         The :class:`ZooSource`.
     """
+    if split_by not in SPLIT_UNITS:
+        raise SourceError(f"split_by={split_by!r}: expected one of {list(SPLIT_UNITS)}")
     path = src / "weights.npy"
     try:
         weights = np.load(path, mmap_mode="r")
@@ -224,7 +235,16 @@ def scan(src: Path, splits_file: Optional[Path] = None, steps: Sequence[int] = S
     order = order[np.isin(metrics["step"][order], np.asarray(steps, dtype=np.float64))]
     if not len(order):
         raise SourceError(f"{src / 'metrics.csv.gz'}: no rows at step {list(steps)}")
-    splits = {split: order[positions] for split, positions in nfn_split(len(order)).items()}
+    if split_by == "row":
+        splits = {split: order[positions] for split, positions in nfn_split(len(order)).items()}
+    else:
+        first, unit = np.unique(metrics["modeldir"][order].astype(str), return_index=True, return_inverse=True)[1:]
+        unit = np.argsort(np.argsort(first))[unit]  # each row's network, numbered by its first kept row
+        grouped = np.argsort(unit, kind="stable")  # rows network by network, each network's in file order
+        bounds = np.searchsorted(unit[grouped], np.arange(len(first) + 1))
+        splits = {split: np.concatenate([order[grouped[bounds[p]:bounds[p + 1]]] for p in positions] or
+                                        [np.empty(0, dtype=order.dtype)])
+                  for split, positions in nfn_split(len(first)).items()}
     if activations is not None:
         splits = {split: rows[np.isin(metrics["config.activation"][rows], list(activations))]
                   for split, rows in splits.items()}
