@@ -43,6 +43,8 @@ Protocols:
   Every system 50 epochs, batch 32, seed 0 (fast systems first), then seeds 1 and 2.
 * ``cpu-wide``: the same data and training, DWS and NFN-HNP at hidden 24 (about 5 times GMN's
   budget) instead of the budget's 10, three seeds: whether their width is what holds them back.
+* ``cpu-probing``: the same data, ProbeGen and vanilla probing for their reference code's 150
+  epochs instead of 50.
 * ``smoke``: 16 networks trained on the embedded MNIST subset, width 8, 1 layer, 1 epoch: plumbing only.
 """
 from __future__ import annotations
@@ -112,6 +114,15 @@ PROTOCOLS = {
         "trainer": {"max_epochs": EPOCHS_CPU},
         "batch_size": 32,
         "metanet_config": {"hidden_dim": 24},
+    },
+    # the probing baselines for their reference code's 150 epochs (Small CNN Zoo script) on the cpu protocol's data
+    "cpu-probing": {
+        "plan": ((("probegen", "probe"), (0,)), (("probegen", "probe"), (1, 2))),
+        "zoo": CPU_ZOO,
+        "steps": [1, 2, 3, 20],
+        "split_by": "network",
+        "trainer": {"max_epochs": 150},
+        "batch_size": 32,
     },
     "smoke": {
         "plan": ((tuple(SYSTEMS), (0,)),),
