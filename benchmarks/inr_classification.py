@@ -1,15 +1,17 @@
-"""MNIST INR classification: every registered metanetwork at one parameter budget, beside the published accuracies.
+"""MNIST INR classification: every registered metanetwork at one parameter budget and the probing baselines,
+beside the published accuracies.
 
-    python benchmarks/inr_classification.py --protocol smoke|cpu|full [--archs ...] [--seeds 0 1 2] [--data-root DIR]
-    python benchmarks/inr_classification.py --write-configs     # configs/benchmarks/inr_classification/<arch>.yaml
+    python benchmarks/inr_classification.py --protocol smoke|cpu|cpu-augmented|cpu-large|probing-full|full [--archs ...] [--seeds 0 1 2] [--data-root DIR]
+    python benchmarks/inr_classification.py --write-configs     # configs/benchmarks/inr_classification/<system>.yaml
 
 Without a selection the protocol's plan runs in its order; ``--archs``/``--seeds`` keep the planned
 runs they match, and both together ask for exactly those runs.
 
-Each (architecture, seed) is trained by ``neuralgraph fit`` (``InrClassification``, one subprocess
+Each (system, seed) is trained by ``neuralgraph fit`` (``InrClassification``, one subprocess
 per run so that its peak memory is its own) and tested at its best-validation checkpoint (lowest
-validation cross entropy). Results: a JSON of raw runs and a markdown table in
-``benchmarks/results/inr_classification_<protocol>_<machine>.{json,md}``.
+validation cross entropy). Results: a JSON of raw runs (with each run's per-epoch training and
+validation metrics), a markdown table and a PNG of every run's validation accuracy per epoch in
+``benchmarks/results/inr_classification_<protocol>_<machine>{.json,.md,_curves.png}``.
 
 A description that ``neuralgraph.bench.main`` runs, as it runs ``benchmarks/dilation.py``, with its
 resumable bookkeeping: each finished run is appended to
@@ -17,32 +19,46 @@ the JSON (temporary file, then rename), the markdown is regenerated from it, a r
 it holds, a run killed mid-fit resumes from its ``last.ckpt``, and a recorded run whose settings
 differ from the current ones is an error naming the field.
 
-Every architecture runs ``configs/benchmarks/inr_classification/<arch>.yaml``: 3 layers at the width whose
+Every metanetwork runs ``configs/benchmarks/inr_classification/<arch>.yaml``: 3 layers at the width whose
 classifier (metanetwork + readout) has the parameter count nearest GMN's at hidden 64, within 5%
 (``neuralgraph.bench.widths.matched_width`` counting the readout: readouts range from 16k to 136k parameters,
-so the editors' widths would leave the classifiers 40% apart). Protocols (docs/benchmarks.md says
-why they are sized so):
+so the editors' widths would leave the classifiers 40% apart). The probing baselines ``probegen`` and
+``probe`` (``neuralgraph.nn.probegen``: 128 learned coordinates, from a 2-layer deep linear generator or
+directly, through each SIREN; an MLP of width 256 on the 128 values) run at the settings of their
+reference code's MNIST INR scripts instead: Adam at 3e-4 without weight decay, batch 32, 30 epochs.
+Protocols (docs/benchmarks.md says why they are sized so):
 
 * ``full``: 55k/5k/10k INRs (all of the folder's), 150 epochs, batch 32, 3 seeds. For a GPU.
-* ``cpu``: 5,000/500/1,000 INRs, 12 epochs, batch 32; seed 0 of every architecture, then seeds 1
-  and 2. A run takes a few minutes (DWS, NFN) to about 20 (NG-T) on 2 quiet cores.
+* ``probing-full``: the probing baselines on the full data for their reference code's 30 epochs,
+  3 seeds: a CPU job (a prediction costs about 0.3 MFLOPs).
+* ``cpu-large``: all 55k/5k/10k INRs for GMN, NG-GNN, ScaleGMN-B and DWS, each for the epochs that
+  fit in about an hour on one core of the 2-core Xeon (:data:`CPU_LARGE_EPOCHS`, from the ``cpu``
+  protocol's time per INR), with the training augmentation of DWSNets and neural-graphs
+  (``--data.augmentation``, :mod:`neuralgraph.inr.augment`) where ``cpu-augmented`` measured it helps.
+* ``cpu``: 5,000/500/1,000 INRs, 12 epochs, batch 32; seed 0 of every system, then seeds 1
+  and 2. A run takes a minute (probing) or a few minutes (DWS, NFN) to about 20 (NG-T) on 2 quiet cores.
+* ``cpu-augmented``: the ``cpu`` protocol with that augmentation, for GMN and NG-GNN: whether it helps.
 * ``smoke``: 64/32/32 INRs, 1 epoch, width 8, 1 layer: plumbing only.
 
-``cpu`` and ``full`` fit missing INRs (in ``data/inrs-<protocol>`` unless ``--data-root`` says
-otherwise) with the ``dws-released`` preset; a folder written by ``import-dataset`` (the released
-``dws-inrs``) is used as it is.
+The protocols on all INRs read ``data/inrs``, the folder ``neuralgraph make-inrs --out data/inrs
+--split all`` writes (``docs/inr.md``: about 70 minutes with ``--threads 2`` on the 2-core Xeon); the
+others fit their missing INRs on first use (in ``data/inrs-<protocol>`` unless ``--data-root`` says
+otherwise; ``cpu`` and ``cpu-augmented`` read the first INRs of ``data/inrs`` when ``--data-root``
+names it: the same INRs) with the ``dws-released`` preset; a folder written by ``import-dataset``
+(the released ``dws-inrs``) is used as it is.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from neuralgraph.bench import Benchmark, Column, main
+from neuralgraph.bench import Benchmark, Column, Data, main
 from neuralgraph.bench.benchmark import write_fit_config
 from neuralgraph.bench.published import INR_CLASSIFICATION_ACCURACY
 from neuralgraph.bench.runner import benchmark_configs
 from neuralgraph.bench.tables import (
     EPOCHS,
+    FLOPS,
     HIDDEN_DIM,
     PARAMETERS,
     PEAK_MEMORY,
@@ -58,18 +74,52 @@ CONFIGS = benchmark_configs(ROOT, "inr_classification")
 DWS_RELEASED = {"preset": "dws-released"}
 NUM_CLASSES = 10
 
-# every registered metanetwork, those declared slow last
-ORDER = plan_order(tuple(METANETS))
+# the probing baselines at their reference code's MNIST INR settings (ProbeGen's scripts/main_results and
+# scripts/vanilla_probing: 128 probes, a classifier of 6 linear layers of width 256, Adam at 3e-4 without weight
+# decay or input normalisation, batch 32, 30 epochs), not at GMN's budget
+PROBING = {
+    "probegen": {"hidden_dim": 256, "num_layers": 5, "dropout": 0.0, "num_probes": 128, "latent_dim": 32,
+                 "generator_layers": 2},
+    "probe": {"hidden_dim": 256, "num_layers": 5, "dropout": 0.0, "num_probes": 128},
+}
+PROBING_TASK = {"lr": 3.0e-4, "weight_decay": 0.0, "normalize_inputs": False}
+PROBING_EPOCHS = 30
+SYSTEMS = (*METANETS, *PROBING)
+# every system, the probing baselines first, the metanetworks declared slow last
+ORDER = plan_order((*PROBING, *METANETS))
+FULL_DATA = {"limit_train": None, "limit_val": None, "limit_test": None, **DWS_RELEASED}
+#: Epochs of each ``cpu-large`` system: about an hour of one core of the 2-core Xeon on 55,000 INRs, from the
+#: ``cpu`` protocol's minutes per 60,000 INR-epochs (5,000 x 12) on it, GMN 5.3, NG-GNN 16.3, ScaleGMN 36.4,
+#: DWS 84.7 (AMD EPYC, AVX2; the ``cpu`` table's wall-time column).
+CPU_LARGE_EPOCHS = {"gmn": 12, "ng_gnn": 4, "scalegmn_b": 2, "dws": 1}
 
+CPU_DATA = {"limit_train": 5000, "limit_val": 500, "limit_test": 1000, **DWS_RELEASED}
 PROTOCOLS = {
     "full": {
         "plan": ((ORDER, (0, 1, 2)),),
-        "data": {"limit_train": None, "limit_val": None, "limit_test": None, **DWS_RELEASED},
+        "data": FULL_DATA,
         "trainer": {"max_epochs": 150},
+        "system_trainer": {system: {"max_epochs": PROBING_EPOCHS} for system in PROBING},
+    },
+    "probing-full": {
+        "plan": ((tuple(PROBING), (0,)), (tuple(PROBING), (1, 2))),
+        "data": FULL_DATA,
+        "trainer": {"max_epochs": PROBING_EPOCHS},
+    },
+    "cpu-large": {
+        "plan": ((tuple(CPU_LARGE_EPOCHS), (0,)),),
+        "data": {**FULL_DATA, "augmentation": False},
+        "trainer": {"max_epochs": 1},
+        "system_trainer": {system: {"max_epochs": epochs} for system, epochs in CPU_LARGE_EPOCHS.items()},
     },
     "cpu": {
         "plan": ((ORDER, (0,)), (ORDER, (1, 2))),
-        "data": {"limit_train": 5000, "limit_val": 500, "limit_test": 1000, **DWS_RELEASED},
+        "data": CPU_DATA,
+        "trainer": {"max_epochs": 12},
+    },
+    "cpu-augmented": {
+        "plan": ((("gmn", "ng_gnn"), (0,)),),
+        "data": {**CPU_DATA, "augmentation": True},
         "trainer": {"max_epochs": 12},
     },
     "smoke": {
@@ -89,38 +139,69 @@ def classifier_parameters(metanet: str, config: dict) -> int:
 def budget_config(arch: str) -> dict:
     """The metanet config of ``configs/benchmarks/inr_classification/<arch>.yaml``: ``CPU_DEPTH`` + the declared ``budget_options``
     (``neuralgraph.bench.widths``) at the width whose classifier parameters are nearest GMN's at hidden 64
-    (within 5%)."""
+    (within 5%); a probing baseline's reference settings."""
+    if arch in PROBING:
+        return dict(PROBING[arch])
     return matched_width(arch, arch, budget_options(arch), classifier_parameters(*REFERENCE),
                          count=classifier_parameters)
 
 
 def write_configs() -> list[Path]:
-    """``configs/benchmarks/inr_classification/<arch>.yaml`` for every architecture, at the matched width, for
-    the full protocol's epochs on the folder ``make-inrs`` writes by default."""
+    """``configs/benchmarks/inr_classification/<system>.yaml`` for every system, at the matched width (the
+    probing baselines at their reference settings), for the full protocol's epochs on the folder ``make-inrs``
+    writes by default."""
     return [write_fit_config(
         CONFIGS / f"{arch}.yaml",
-        f"# MNIST INR classification with {arch} at GMN's hidden-64 parameter budget (benchmarks/inr_classification.py).\n",
+        f"# MNIST INR classification with {arch} "
+        + ("at its reference code's settings, not a parameter budget" if arch in PROBING
+           else "at GMN's hidden-64 parameter budget") + " (benchmarks/inr_classification.py).\n",
         "neuralgraph.training.tasks.InrClassification",
-        {"metanet": arch, "metanet_config": budget_config(arch), "num_classes": NUM_CLASSES}, None,
+        {"metanet": arch, "metanet_config": budget_config(arch), "num_classes": NUM_CLASSES,
+         **(PROBING_TASK if arch in PROBING else {})}, None,
         {"root": "data/inrs", "batch_size": 32, **DWS_RELEASED},
-        {"max_epochs": PROTOCOLS["full"]["trainer"]["max_epochs"],
+        {"max_epochs": PROBING_EPOCHS if arch in PROBING else PROTOCOLS["full"]["trainer"]["max_epochs"],
          "default_root_dir": f"runs/benchmarks/inr_classification/{arch}"})
-        for arch in METANETS]
+        for arch in SYSTEMS]
+
+
+def protocol_paragraph(protocol: dict) -> str:
+    """The protocol's size in one line: INRs per split, epochs (per system where they differ), augmentation."""
+    data = protocol["data"]
+    sizes = "/".join("all" if data.get(f"limit_{split}") is None else f"{data[f'limit_{split}']:,}"
+                     for split in ("train", "val", "test"))
+    epochs = f"{protocol['trainer']['max_epochs']} epoch(s)"
+    if protocol.get("system_trainer"):
+        epochs += " (" + ", ".join(f"{system} {options['max_epochs']}"
+                                   for system, options in protocol["system_trainer"].items()) + ")"
+    return (f"Protocol: {sizes} train/val/test INRs (all: 55,000/5,000/10,000), {epochs}, batch 32, "
+            + ("the training augmentation of DWSNets and neural-graphs (neuralgraph/inr/augment.py)"
+               if data.get("augmentation") else "no augmentation") + ".")
+
+
+#: Protocols on every INR, which read the folder ``make-inrs --out data/inrs --split all`` writes.
+ALL_INRS = ("full", "probing-full", "cpu-large")
+DATA = Data(default=lambda protocol: "data/inrs" if protocol in ALL_INRS else f"data/inrs-{protocol}",
+            help="INR folder (default: data/inrs for the protocols on every INR, else data/inrs-<protocol>)",
+            build=True)
 
 
 BENCHMARK = Benchmark(
     name="inr_classification", title="MNIST INR classification", doc=__doc__, script=__file__, protocols=PROTOCOLS,
-    systems=tuple(METANETS), configs="inr_classification", write_configs=write_configs,
+    systems=SYSTEMS, configs="inr_classification", write_configs=write_configs, data=DATA,
+    curve=("val/accuracy", 100.0),
     result_fields={"test_accuracy": "test/accuracy"},
     progress=lambda result: f"test accuracy {100 * result['test_accuracy']:.2f}%",
-    intro=["Test accuracy (%) at the best-validation checkpoint, mean ± std over seeds (n), every architecture at "
-           "GMN's parameter budget; published: on the DWS INRs at each paper's own size and full data (FashionMNIST "
-           "is not measured here). Generated from the JSON beside this file."],
+    intro=[lambda report: protocol_paragraph(report.protocol),
+           "Test accuracy (%) at the best-validation checkpoint, mean ± std over seeds (n), every metanetwork at "
+           "GMN's parameter budget, the probing baselines (probegen, probe) at their reference code's settings "
+           "(128 probes, an MLP of width 256, Adam at 3e-4); published: on the DWS INRs at each paper's own size and "
+           "full data (FashionMNIST is not measured here; ProbeGen's INR table was not reachable from this machine, "
+           "so its published cells are blank). Generated from the JSON beside this file."],
     columns=(Column("model", lambda group: group.system, always=True),
              seeds_column("measured MNIST", "test_accuracy", scale=100, digits=2),
              published_column("published MNIST", INR_CLASSIFICATION_ACCURACY, 2),
              published_column("published FashionMNIST", INR_CLASSIFICATION_ACCURACY, 3),
-             PARAMETERS, HIDDEN_DIM, EPOCHS, wall_column("wall time (min)"), PEAK_MEMORY,
+             PARAMETERS, FLOPS, HIDDEN_DIM, EPOCHS, wall_column("wall time (min)"), PEAK_MEMORY,
              Column("CPU", lambda group: "; ".join(sorted({r.get("cpu", "not recorded") for r in group.runs})))),
 )
 

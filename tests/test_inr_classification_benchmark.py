@@ -1,4 +1,5 @@
 """The INR classification benchmark: its smoke protocol end to end, and the runner's bookkeeping on stand-in fits."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -25,19 +26,29 @@ def benchmark(tmp_path, data_root, *extra):
 
 
 def test_smoke_protocol_records_accuracies_and_a_rerun_skips_them(tiny_inrs, tmp_path):
-    run = benchmark(tmp_path, tiny_inrs, "--archs", "dws", "nfn_np")
+    run = benchmark(tmp_path, tiny_inrs, "--archs", "dws", "nfn_np", "probegen")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     (raw,) = (tmp_path / "results").glob("inr_classification_smoke_*.json")
     runs = json.loads(raw.read_text())["runs"]
-    assert [(r["arch"], r["seed"]) for r in runs] == [("dws", 0), ("nfn_np", 0)]
-    assert all(0 <= r["test_accuracy"] <= 1 and r["parameters"] > 0 and r["hidden_dim"] == 8 for r in runs)
+    assert [(r["arch"], r["seed"]) for r in runs] == [("probegen", 0), ("dws", 0), ("nfn_np", 0)]
+    assert all(0 <= r["test_accuracy"] <= 1 and r["parameters"] > 0 and r["flops_per_prediction"] > 0 for r in runs)
+    assert all(r["hidden_dim"] == 8 for r in runs)  # smoke's width overrides every config, probing's too
+    # every run carries its per-epoch metrics: smoke's one epoch, training and validation
+    assert all(r["history"]["epoch"] == [0] and 0 <= r["history"]["val/accuracy"][0] <= 1
+               and r["history"]["train/loss"][0] > 0 for r in runs)
     table = raw.with_suffix(".md").read_text()
     assert "| dws | " in table and "| 85.71 (DWS) | 67.06 (DWS) |" in table
     assert "| ng_gnn | not run yet | 91.40 (NG-GNN); 94.7 (NG-GNN-64) | 68.00 (NG-GNN); 74.2 (NG-GNN-64) |" in table
-    assert "Not run yet (7 of the protocol's runs): gmn seed 0, nft seed 0" in table  # the slow ones last
+    assert "Not run yet (8 of the protocol's runs): probe seed 0, gmn seed 0, nft seed 0" in table  # slow ones last
+    assert "Protocol: 64/32/32 train/val/test INRs (all: 55,000/5,000/10,000), 1 epoch(s), batch 32, no augmentation." in table
+    curves = raw.with_name(raw.stem + "_curves.png")
+    if importlib.util.find_spec("matplotlib") is None:
+        assert not curves.exists() and "not written: matplotlib is not installed" in run.stderr
+    else:
+        assert curves.read_bytes().startswith(b"\x89PNG") and f"]({curves.name})" in table
 
-    again = benchmark(tmp_path, tiny_inrs, "--archs", "dws", "nfn_np")
-    assert again.returncode == 0 and again.stdout.count("skipped") == 2
+    again = benchmark(tmp_path, tiny_inrs, "--archs", "dws", "nfn_np", "probegen")
+    assert again.returncode == 0 and again.stdout.count("skipped") == 3
     assert json.loads(raw.read_text())["runs"] == runs
 
 
@@ -77,6 +88,27 @@ def test_a_recorded_run_made_with_other_settings_is_refused(tmp_path, monkeypatc
         smoke(tmp_path)
 
 
+@pytest.mark.parametrize("arch", sorted(bench.PROBING))
+def test_probing_configs_are_the_reference_settings_of_the_examples(arch):
+    """The benchmark's probing configs are the example configs' reference settings (ProbeGen's INR scripts)."""
+    config = generated_config(bench.CONFIGS / f"{arch}.yaml", "python benchmarks/inr_classification.py --write-configs")
+    example = yaml.safe_load((ROOT / "configs" / "examples" / "inr_classification" / f"{arch}.yaml").read_text())
+    assert config["model"]["init_args"] == example["model"]["init_args"]
+    assert config["trainer"]["max_epochs"] == example["trainer"]["max_epochs"] == bench.PROBING_EPOCHS
+    full = bench.PROTOCOLS["full"]
+    assert bench.BENCHMARK.run_settings(full, arch)["trainer"] == {"max_epochs": bench.PROBING_EPOCHS}
+    assert bench.BENCHMARK.run_settings(full, "gmn")["trainer"] == {"max_epochs": 150}
+
+
+def test_cpu_large_gives_each_system_its_epochs_on_every_inr():
+    protocol = bench.PROTOCOLS["cpu-large"]
+    assert bench.DATA.folder(ROOT, "cpu-large") == ROOT / "data" / "inrs" == bench.DATA.folder(ROOT, "probing-full")
+    assert bench.DATA.folder(ROOT, "cpu") == ROOT / "data" / "inrs-cpu"
+    for system, epochs in bench.CPU_LARGE_EPOCHS.items():
+        settings = bench.BENCHMARK.run_settings(protocol, system)
+        assert settings["trainer"] == {"max_epochs": epochs} and settings["data"]["limit_train"] is None
+
+
 @pytest.mark.parametrize("arch", sorted(METANETS))
 def test_every_config_is_its_architecture_at_the_gmn_budget(arch):
     config = generated_config(bench.CONFIGS / f"{arch}.yaml", "python benchmarks/inr_classification.py --write-configs")
@@ -88,4 +120,4 @@ def test_every_config_is_its_architecture_at_the_gmn_budget(arch):
 
 def test_cpu_protocol_runs_every_architecture_with_seed_zero_first():
     plan = bench.PROTOCOLS["cpu"]["plan"]
-    assert plan[0] == (bench.ORDER, (0,)) and sorted(bench.ORDER) == sorted(METANETS) and bench.PROTOCOLS["cpu"]["data"]["preset"] == "dws-released"
+    assert plan[0] == (bench.ORDER, (0,)) and sorted(bench.ORDER) == sorted(bench.SYSTEMS) and bench.PROTOCOLS["cpu"]["data"]["preset"] == "dws-released"

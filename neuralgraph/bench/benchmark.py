@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -109,7 +110,8 @@ class Benchmark:
         protocols: name -> settings; the settings' ``plan`` holds tuples ``(systems, seeds)``
             (``(systems, ks, seeds)`` with ``per_k``), run in order. The other entries are the
             benchmark's own (what ``recorded`` names is recorded with every run; ``metanet_config``
-            overrides the config's).
+            overrides the config's; ``system_trainer``, ``{system: trainer options}``, overrides the
+            recorded ``trainer`` for one system, e.g. its epochs in a protocol sized by time).
         systems: what ``--archs`` may name.
         result_fields: result field -> the fit's metric (``"test/mse"``; ``"test/psnr?"``: null when
             not logged).
@@ -136,6 +138,9 @@ class Benchmark:
         write_configs: ``write_configs()`` writes the configs (``--write-configs``) and returns
             their paths; None when the benchmark has none to write.
         systems_help: ``--archs``' help.
+        curve: ``(metric, scale)``: each run's per-epoch history of this metric (``"val/accuracy"``) is
+            drawn into ``<name>_<protocol>_<machine>_curves.png`` beside the table
+            (:func:`~neuralgraph.bench.curves.plot_curves`), its values times ``scale``; None: no figure.
 
     Raises:
         ValueError: neither ``configs`` nor ``settings`` is given.
@@ -164,6 +169,7 @@ class Benchmark:
     recorded_before: Mapping[str, Any] = field(default_factory=dict)
     write_configs: Optional[Callable[[], list[Path]]] = None
     systems_help: Optional[str] = None
+    curve: Optional[tuple[str, float]] = None
 
     def __post_init__(self) -> None:
         if self.settings is None and self.configs is None:
@@ -199,9 +205,12 @@ class Benchmark:
         import yaml
 
         init_args = yaml.safe_load(path.read_text())["model"]["init_args"]
-        return {"config": config_name(path, self.checkout), "metanet": init_args["metanet"],
-                "metanet_config": {**init_args["metanet_config"], **protocol.get("metanet_config", {})},
-                **{key: protocol[key] for key in self.recorded}, **self.system_settings(system)}
+        settings = {"config": config_name(path, self.checkout), "metanet": init_args["metanet"],
+                    "metanet_config": {**init_args["metanet_config"], **protocol.get("metanet_config", {})},
+                    **{key: protocol[key] for key in self.recorded}, **self.system_settings(system)}
+        if system in protocol.get("system_trainer", {}):
+            settings["trainer"] = {**settings["trainer"], **protocol["system_trainer"][system]}
+        return settings
 
     def run_arguments(self, settings: dict, seed: int, data_root: Path, out: Path) -> list[str]:
         """``neuralgraph fit`` arguments of one run (resuming from ``out``'s last checkpoint if any)."""
@@ -215,8 +224,9 @@ class Benchmark:
         """A planned run as the table's "not run yet" line names it."""
         return f"{run[0]} k={run[1]} seed {run[2]}" if self.per_k else f"{run[0]} seed {run[1]}"
 
-    def table(self, report: Report, missing: Sequence[tuple] = ()) -> str:
-        """The markdown table of ``report``; ``missing``: the protocol's runs not recorded yet."""
+    def table(self, report: Report, missing: Sequence[tuple] = (), curves: Optional[str] = None) -> str:
+        """The markdown table of ``report``; ``missing``: the protocol's runs not recorded yet; ``curves``:
+        the file name of the learning-curve figure beside it, if written."""
         lines = [f"# {self.title} — protocol `{report.protocol_name}` on `{report.machine}`", ""]
         for block in self.intro:
             lines += [block(report) if callable(block) else block, ""]
@@ -227,6 +237,9 @@ class Benchmark:
         if missing:
             lines += ["", f"Not run yet ({len(missing)} of the protocol's runs): "
                       + ", ".join(self.run_name(run) for run in missing) + "."]
+        if curves is not None:
+            lines += ["", f"{self.curve[0]} per epoch of every run that recorded one ({curves}):", "",
+                      f"![{self.curve[0]} per epoch]({curves})"]
         return "\n".join(lines) + "\n"
 
     def groups(self, report: Report) -> list[Group]:
@@ -306,7 +319,9 @@ def main(benchmark: Benchmark, argv: Optional[list[str]] = None) -> int:
         record = {"protocol": args.protocol, "machine": machine, "cpu": cpu_description(),
                   "platform": platform.platform(), "torch": torch.__version__, "runs": runs}
         write_atomic(stem.with_suffix(".json"), json.dumps(record, indent=2))
-        write_atomic(stem.with_suffix(".md"), benchmark.table(report, [run for run in plan if run not in done]))
+        curves = write_curves(benchmark, report, stem.with_name(stem.name + "_curves.png"))
+        write_atomic(stem.with_suffix(".md"), benchmark.table(report, [run for run in plan if run not in done],
+                                                              curves))
 
     run_missing(f"[{args.protocol}]", todo, runs, benchmark.result_fields, lambda system, k: settings[system, k],
                 stem.with_suffix(".json"), args.out / args.protocol,
@@ -315,6 +330,37 @@ def main(benchmark: Benchmark, argv: Optional[list[str]] = None) -> int:
     save()
     print(stem.with_suffix(".md").read_text())
     return 0
+
+
+def write_curves(benchmark: Benchmark, report: Report, path: Path) -> Optional[str]:
+    """Draw the benchmark's learning curve of every recorded run into ``path`` (when it declares one
+    and a run recorded a history); the file's name, or None when there is none to draw or matplotlib
+    is missing (said on stderr: the table is complete without it).
+
+    Args:
+        benchmark: the benchmark.
+        report: its recorded runs.
+        path: the PNG.
+
+    Returns:
+        ``path``'s name, or None.
+    """
+    if benchmark.curve is None or not any(benchmark.curve[0] in (run.get("history") or {}) for run in report.runs):
+        return None
+    try:
+        import matplotlib  # noqa: F401  (the bench extra)
+    except ImportError:
+        print(f"{path.name} not written: matplotlib is not installed (pip install -e '.[bench]'); "
+              "the table is complete without it", file=sys.stderr)
+        return None
+    from neuralgraph.bench.curves import plot_curves
+
+    metric, scale = benchmark.curve
+    temporary = path.with_name(path.stem + ".tmp.png")  # then a rename: a kill leaves the previous figure
+    plot_curves(report.runs, metric, f"{benchmark.title}, protocol {report.protocol_name} ({report.machine})",
+                temporary, scale)
+    os.replace(temporary, path)
+    return path.name
 
 
 def load_script(path: Union[str, Path]) -> ModuleType:

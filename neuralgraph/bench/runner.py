@@ -135,11 +135,13 @@ def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
 
     Returns:
         The final callback metrics, and the record every table reports (best validation loss,
-        trainable parameters, width, FLOPs per prediction (on the first test batch), epochs, wall time, whether it resumed, peak memory, device, CPU,
-        threads).
+        trainable parameters, width, FLOPs per prediction (on the first test batch), epochs, wall time, whether it
+        resumed, peak memory, device, CPU, threads, and the per-epoch training and validation metrics of every
+        start of the fit, :func:`~neuralgraph.bench.curves.epoch_history`).
     """
     import torch
 
+    from neuralgraph.bench.curves import epoch_history
     from neuralgraph.nn.budget import count_trainable
     from neuralgraph.nn.flops import flops_per_prediction
     from neuralgraph.training.cli import checkpoint_dir, last_checkpoint, run_lightning_cli
@@ -164,6 +166,7 @@ def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
         "device": "cuda" if torch.cuda.is_available() else "cpu",
         "cpu": cpu_short(),
         "threads": torch.get_num_threads(),
+        "history": epoch_history(Path(cli.trainer.logger.root_dir)) if cli.trainer.logger is not None else {},
     }
 
 

@@ -14,6 +14,7 @@ from neuralgraph.data.shards import MANIFEST, DatasetError, check_settings, read
 from neuralgraph.graph import mlp_to_graph, permute_mlp, random_hidden_permutations
 from neuralgraph.graph.blocks import GraphFacts, WeightBlocks, graph_facts
 from neuralgraph.inr import SirenConvention
+from neuralgraph.inr.augment import InrAugmentation, augment_inrs
 
 
 class InrBatch(NamedTuple):
@@ -154,15 +155,20 @@ class InrDataset(Dataset):
             "psnr": None if self.psnrs is None else self.psnrs[i],
         }
 
-    def batch(self, indices: Sequence[int] | Tensor, permute: bool = False) -> InrBatch:
+    def batch(self, indices: Sequence[int] | Tensor, permute: bool = False,
+              augment: Optional[InrAugmentation] = None) -> InrBatch:
         """INRs ``indices`` as one :class:`InrBatch` (a ``DataLoader``'s ``collate_fn`` over index
         lists); ``permute`` applies a random hidden-neuron permutation to each INR (augmentation:
-        the function, image and label are unchanged)."""
+        the function, image and label are unchanged); ``augment`` moves, turns and zooms the image
+        each INR draws and drops weights (:func:`~neuralgraph.inr.augment.augment_inrs`): the label
+        holds, the digit image no longer matches, so the batch carries none (``image`` is None)."""
         index = torch.as_tensor(indices, dtype=torch.long)
         weights, biases = [w[index] for w in self.weights], [b[index] for b in self.biases]
         if permute:
             weights, biases = permute_mlp(weights, biases,
                                           random_hidden_permutations(self.convention.layout, len(index)))
-        images = None if self.images is None else self.images[index]
+        if augment is not None:
+            weights, biases = augment_inrs(weights, biases, augment)
+        images = None if self.images is None or augment is not None else self.images[index]
         graph, blocks = mlp_to_graph(weights, biases), WeightBlocks.of_mlps(weights, biases)
         return InrBatch(graph, images, self.labels[index], index, blocks, graph_facts(graph, blocks.layout))

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from neuralgraph.data.inr_dataset import InrBatch
 from neuralgraph.data.shards import SPLITS
+from neuralgraph.inr.augment import InrAugmentation
 from neuralgraph.graph.spec import GraphSpec
 
 #: Training networks a data module's :class:`~neuralgraph.graph.spec.GraphSpec` is read from.
@@ -109,6 +110,9 @@ class MnistInrDataModule(IndexBatchDataModule):
         limit_train, limit_val, limit_test: use the first N INRs of a split (None: all there
             are). Limits are prefixes, so a small run on a large folder sees the same first INRs.
         permutation_augmentation: permute each training INR's hidden neurons at random.
+        augmentation: move, turn and zoom the image of each training INR and drop 1% of its
+            weights (:mod:`neuralgraph.inr.augment`: the training augmentation of DWSNets and
+            neural-graphs); its batches carry labels, not images, so editing tasks refuse it.
         seed: seed of the per-epoch shuffling.
         preset: INR recipe (``neuralgraph.inr.PRESETS``) of splits fitted on first use; None
             fits with ``DEFAULT_PRESET`` and uses a complete split as it is, a named preset also
@@ -125,6 +129,7 @@ class MnistInrDataModule(IndexBatchDataModule):
         limit_val: Optional[int] = None,
         limit_test: Optional[int] = None,
         permutation_augmentation: bool = False,
+        augmentation: bool = False,
         seed: int = 0,
         preset: Optional[str] = None,
         build: Optional[bool] = None,
@@ -220,7 +225,8 @@ class MnistInrDataModule(IndexBatchDataModule):
             range(size),
             batch_size=hp.batch_size,
             sampler=EpochSeededSampler(size, hp.seed, shuffle),
-            collate_fn=partial(dataset.batch, permute=hp.permutation_augmentation and split == "train"),
+            collate_fn=partial(dataset.batch, permute=hp.permutation_augmentation and split == "train",
+                               augment=InrAugmentation() if hp.augmentation and split == "train" else None),
             num_workers=hp.num_workers,
             persistent_workers=hp.num_workers > 0,
         )

@@ -349,8 +349,8 @@ class InrEditing(EpochMetricTask):
 
     def loss_and_outputs(self, batch: InrBatch) -> tuple[Tensor, dict[str, Tensor]]:
         if batch.image is None:
-            raise ValueError("InrEditing: the INR set has no images (imported with --images none); editing needs the "
-                             "digits: import it again with --images full")
+            raise ValueError("InrEditing: the batch has no images (an INR set imported with --images none: import it "
+                             "again with --images full; or data.augmentation, which moves the images: turn it off)")
         weights, biases = self.edited_networks(batch.graph, batch.blocks, batch.facts)
         B, k = weights[0].shape[:2]
         size = batch.image.shape[-2:]
