@@ -1,5 +1,4 @@
-"""MNIST INR classification: every registered metanetwork at one parameter budget and the probing baselines,
-beside the published accuracies.
+"""MNIST INR classification: the metanetworks at one budget and the probing baselines, beside published accuracies.
 
     python benchmarks/inr_classification.py --protocol smoke|cpu|cpu-augmented|cpu-large|probing-full|full [--archs ...] [--seeds 0 1 2] [--data-root DIR]
     python benchmarks/inr_classification.py --write-configs     # configs/benchmarks/inr_classification/<system>.yaml
@@ -41,11 +40,11 @@ Protocols (docs/benchmarks.md says why they are sized so):
 * ``smoke``: 64/32/32 INRs, 1 epoch, width 8, 1 layer: plumbing only.
 
 The protocols on all INRs read ``data/inrs``, the folder ``neuralgraph make-inrs --out data/inrs
---split all`` writes (``docs/inr.md``: about 70 minutes with ``--threads 2`` on the 2-core Xeon); the
-others fit their missing INRs on first use (in ``data/inrs-<protocol>`` unless ``--data-root`` says
-otherwise; ``cpu`` and ``cpu-augmented`` read the first INRs of ``data/inrs`` when ``--data-root``
-names it: the same INRs) with the ``dws-released`` preset; a folder written by ``import-dataset``
-(the released ``dws-inrs``) is used as it is.
+--split all`` writes (about 2 hours with ``--threads 2`` on the 2-core Xeon: 2,000 INRs in 202 s); the
+others fit their missing INRs on first use with the ``dws-released`` preset, in ``data/inrs-<protocol>``
+(``cpu`` and ``cpu-augmented`` share ``data/inrs-cpu``) unless ``--data-root`` names another folder:
+``data/inrs`` gives them its first INRs, the same ones (limits are prefixes, ``make-inrs`` is
+byte-identical on rerun); a folder written by ``import-dataset`` (the released ``dws-inrs``) is used as it is.
 """
 from __future__ import annotations
 
@@ -180,8 +179,12 @@ def protocol_paragraph(protocol: dict) -> str:
 
 #: Protocols on every INR, which read the folder ``make-inrs --out data/inrs --split all`` writes.
 ALL_INRS = ("full", "probing-full", "cpu-large")
-DATA = Data(default=lambda protocol: "data/inrs" if protocol in ALL_INRS else f"data/inrs-{protocol}",
-            help="INR folder (default: data/inrs for the protocols on every INR, else data/inrs-<protocol>)",
+#: Protocols that read another protocol's INRs (the same limits and preset).
+SAME_INRS = {"cpu-augmented": "cpu"}
+DATA = Data(default=lambda protocol: "data/inrs" if protocol in ALL_INRS
+            else f"data/inrs-{SAME_INRS.get(protocol, protocol)}",
+            help="INR folder (default: data/inrs for the protocols on every INR, data/inrs-cpu for cpu and "
+                 "cpu-augmented, else data/inrs-<protocol>)",
             build=True)
 
 

@@ -51,6 +51,16 @@ def test_smoke_protocol_records_accuracies_and_a_rerun_skips_them(tiny_inrs, tmp
     assert again.returncode == 0 and again.stdout.count("skipped") == 3
     assert json.loads(raw.read_text())["runs"] == runs
 
+    # a run recorded before the FLOPs count existed gets it from its settings, the count its fit made
+    record = json.loads(raw.read_text())
+    for run_record in record["runs"][1:]:
+        del run_record["flops_per_prediction"]
+    raw.write_text(json.dumps(record))
+    counted = benchmark(tmp_path, tiny_inrs, "--count-flops")
+    assert counted.returncode == 0, counted.stdout[-3000:] + counted.stderr[-3000:]
+    assert "dws seed 0: " in counted.stdout and "probegen seed 0: " not in counted.stdout
+    assert json.loads(raw.read_text())["runs"] == runs
+
 
 def fake_fit(calls, fail_at=None):
     """Stands in for the fit subprocess: a result whose accuracy grows with the call's number."""
@@ -103,7 +113,7 @@ def test_probing_configs_are_the_reference_settings_of_the_examples(arch):
 def test_cpu_large_gives_each_system_its_epochs_on_every_inr():
     protocol = bench.PROTOCOLS["cpu-large"]
     assert bench.DATA.folder(ROOT, "cpu-large") == ROOT / "data" / "inrs" == bench.DATA.folder(ROOT, "probing-full")
-    assert bench.DATA.folder(ROOT, "cpu") == ROOT / "data" / "inrs-cpu"
+    assert bench.DATA.folder(ROOT, "cpu") == ROOT / "data" / "inrs-cpu" == bench.DATA.folder(ROOT, "cpu-augmented")
     for system, epochs in bench.CPU_LARGE_EPOCHS.items():
         settings = bench.BENCHMARK.run_settings(protocol, system)
         assert settings["trainer"] == {"max_epochs": epochs} and settings["data"]["limit_train"] is None

@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -28,8 +29,10 @@ from neuralgraph.bench.runner import (
     benchmark_configs,
     config_file,
     config_name,
+    count_flops,
     fit_arguments,
     load_runs,
+    recorded,
     run_missing,
     select_runs,
     write_atomic,
@@ -271,6 +274,9 @@ class Benchmark:
             self.name if self.runs_folder is None else self.runs_folder), help="run folders (checkpoints, logs)")
         parser.add_argument("--results", type=Path, default=self.checkout / "benchmarks" / "results",
                             help="folder of the results JSON and table")
+        parser.add_argument("--count-flops", action="store_true",
+                            help="count the FLOPs per prediction of recorded runs that lack them (from their "
+                                 "settings, without fitting), rewrite the table and exit")
         if self.write_configs is not None:
             parser.add_argument("--write-configs", action="store_true",
                                 help=f"write configs/benchmarks/{self.configs}/<system>.yaml and exit")
@@ -323,6 +329,12 @@ def main(benchmark: Benchmark, argv: Optional[list[str]] = None) -> int:
         write_atomic(stem.with_suffix(".md"), benchmark.table(report, [run for run in plan if run not in done],
                                                               curves))
 
+    if args.count_flops:
+        count_missing_flops(benchmark, protocol, runs, stem.with_suffix(".json"), data_root)
+        save()
+        print(stem.with_suffix(".md").read_text())
+        return 0
+
     run_missing(f"[{args.protocol}]", todo, runs, benchmark.result_fields, lambda system, k: settings[system, k],
                 stem.with_suffix(".json"), args.out / args.protocol,
                 lambda system, k, seed, out: benchmark.run_arguments(settings[system, k], seed, data_root(system), out),
@@ -330,6 +342,35 @@ def main(benchmark: Benchmark, argv: Optional[list[str]] = None) -> int:
     save()
     print(stem.with_suffix(".md").read_text())
     return 0
+
+
+def count_missing_flops(benchmark: Benchmark, protocol: Mapping[str, Any], runs: list[dict], results: Path,
+                        data_root: Callable[[str], Path]) -> None:
+    """Count the FLOPs per prediction of every recorded run that lacks them, from its settings
+    (:func:`~neuralgraph.bench.runner.count_flops`), into ``runs``.
+
+    Args:
+        benchmark: the benchmark.
+        protocol: its protocol's settings.
+        runs: the recorded runs, updated in place.
+        results: the results JSON, named by the error of a run recorded with other settings.
+        data_root: ``data_root(system)``, the data folder of a system's runs.
+
+    Raises:
+        ValueError: a run lacking the count was recorded with settings other than the protocol's now
+            (its model may differ), naming the field.
+    """
+    for run in runs:
+        if run.get("flops_per_prediction") is not None:
+            continue
+        system, k, seed = run["arch"], run["k"], run["seed"]
+        settings = benchmark.run_settings(protocol, system, k)
+        recorded([run], system, k, seed, settings, results, benchmark.recorded_before)
+        with tempfile.TemporaryDirectory() as out:
+            run["flops_per_prediction"] = count_flops(benchmark.run_arguments(settings, seed, data_root(system),
+                                                                              Path(out)))
+        print(f"{benchmark.run_name((system, k, seed) if benchmark.per_k else (system, seed))}: "
+              f"{run['flops_per_prediction'] / 1e6:,.2f} MFLOPs per prediction", flush=True)
 
 
 def write_curves(benchmark: Benchmark, report: Report, path: Path) -> Optional[str]:

@@ -127,6 +127,31 @@ def fit_arguments(config: Path, seed: int, data_root: Path, out: Path, metanet: 
     return args
 
 
+def count_flops(argv: list[str]) -> float:
+    """FLOPs per prediction of the model a run's ``neuralgraph fit`` arguments configure, on the
+    first test batch, as :func:`fit_and_record` counts them, without fitting: for runs recorded
+    before the count existed (the count depends on the settings, not on the trained weights).
+
+    Args:
+        argv: the run's arguments (:func:`fit_arguments`).
+
+    Returns:
+        The FLOPs per prediction.
+    """
+    from neuralgraph.nn.flops import flops_per_prediction
+    from neuralgraph.training.cli import run_lightning_cli
+
+    if argv[:1] != ["fit"]:
+        raise ValueError(f"count_flops: expected `fit` arguments, got {argv[:1]}")
+    options = argv[1:]
+    if "--ckpt_path" in options:  # the verb's own option: nothing is resumed here
+        at = options.index("--ckpt_path")
+        options = options[:at] + options[at + 2:]
+    cli = run_lightning_cli(options, run=False)
+    cli.datamodule.setup("test")
+    return flops_per_prediction(cli.model.cpu(), next(iter(cli.datamodule.test_dataloader())))
+
+
 def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
     """Run ``neuralgraph fit`` (+ test at the best-validation checkpoint) in this process.
 

@@ -121,9 +121,23 @@ def peak_memory_mb(group: Group) -> str:
 
 SYSTEM = Column("system", lambda group: group.system, always=True)
 PARAMETERS = Column("parameters", lambda group: f"{group.runs[0]['parameters']:,}")
-FLOPS = Column("MFLOPs per prediction",
-               lambda group: f"{group.runs[0]['flops_per_prediction'] / 1e6:,.2f}"
-               if group.runs[0].get("flops_per_prediction") is not None else "")
+
+
+def flops_cell(group: Group) -> str:
+    """MFLOPs per prediction of the row's first run that counted them (the count depends on the
+    settings, which a row's runs share; runs recorded before the count existed have none).
+
+    Args:
+        group: the row's runs.
+
+    Returns:
+        The cell, or empty when no run counted them.
+    """
+    counted = [run["flops_per_prediction"] for run in group.runs if run.get("flops_per_prediction") is not None]
+    return f"{counted[0] / 1e6:,.2f}" if counted else ""
+
+
+FLOPS = Column("MFLOPs per prediction", flops_cell)
 HIDDEN_DIM = Column("hidden_dim", lambda group: group.runs[0]["hidden_dim"])
 EPOCHS = Column("epochs", lambda group: group.runs[0]["epochs"])
 PEAK_MEMORY = Column("peak memory (MB)", peak_memory_mb)

@@ -219,11 +219,13 @@ class NeuralgraphCLI(LightningCLI):
         self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best")
 
 
-def run_lightning_cli(argv: list[str]) -> NeuralgraphCLI:
+def run_lightning_cli(argv: list[str], run: bool = True) -> NeuralgraphCLI:
     """Runs a Lightning verb with neuralgraph's defaults (module docstring).
 
     Args:
-        argv: the verb (fit, validate, test or predict), then LightningCLI's arguments.
+        argv: the verb (fit, validate, test or predict), then LightningCLI's arguments; with
+            ``run=False`` the arguments alone (the verb's own, such as ``--ckpt_path``, excluded).
+        run: run the verb; False builds the trainer, model and data module and stops there.
 
     Returns:
         The finished CLI, whose ``trainer``, ``model`` and ``datamodule`` are those of the run.
@@ -244,4 +246,5 @@ def run_lightning_cli(argv: list[str]) -> NeuralgraphCLI:
         save_config_kwargs={"overwrite": True},
         parser_kwargs={"default_env": False, "prog": "neuralgraph"},
         parser_class=OneLineArgumentParser,
+        run=run,
     )
