@@ -177,6 +177,7 @@ BENCHMARK = Benchmark(
     systems=sorted({*CPU_SYSTEMS, *CPU_DECODER_VARIANTS, *CPU_PRECISION_VARIANTS, *PAPER_ROWS}),
     systems_help="systems (cpu protocols) or paper rows (full, smoke)", per_k=True,
     settings=run_settings, arguments=run_arguments, recorded_before=RECORDED_BEFORE, runs_folder="",
+    curve=("val/mse", 100.0),
     result_fields={"test_mse": "test/mse", "test_psnr": "test/psnr?"},
     progress=lambda result: f"test MSE x1e-2 {100 * result['test_mse']:.3f}",
     intro=["Test MSE x1e-2 at the best-validation checkpoint (mean ± std over seeds); k/k1: the ratio of the mean to "

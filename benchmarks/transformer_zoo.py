@@ -179,6 +179,7 @@ BENCHMARK = Benchmark(
               prepare=lambda protocol, zoo, systems: prepare_zoo(protocol, zoo),
               fit=lambda settings: {"batch_size": settings["batch_size"]}),
     write_configs=write_configs,
+    curve=("val/kendall_tau", 1.0),
     result_fields={"kendall_tau": "test/kendall_tau", "r2": "test/r2"},
     progress=lambda result: f"Kendall tau {result['kendall_tau']:.3f}, R^2 {result['r2']:.3f}",
     intro=[lambda report: zoo_description(report.data), training_paragraph],
