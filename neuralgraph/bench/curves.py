@@ -83,7 +83,7 @@ def plot_curves(runs: Sequence[Mapping], metric: str, title: str, path: Path, sc
     systems = list(dict.fromkeys(run["arch"] for run in drawn))
     colours = plt.get_cmap("tab20" if len(systems) > 10 else "tab10")
     styles = ("-", "--", ":", "-.")
-    figure, axis = plt.subplots(figsize=(8, 4.8))
+    figure, axis = plt.subplots(figsize=(10, 4.8))
     for run in drawn:
         history = run["history"]
         points = [(epoch + 1, scale * value) for epoch, value in zip(history["epoch"], history[metric])
@@ -96,9 +96,9 @@ def plot_curves(runs: Sequence[Mapping], metric: str, title: str, path: Path, sc
     axis.set(xlabel="epoch", ylabel=metric + (f" x{scale:g}" if scale != 1.0 else ""), title=title)
     axis.grid(alpha=0.3)
     if drawn:
-        axis.legend(fontsize=7, ncol=2 if len(drawn) > 12 else 1,
-                    title=f"{missing} recorded run(s) without a per-epoch history" if missing else None,
-                    title_fontsize=7)
+        axis.legend(fontsize=7, ncol=2 if len(drawn) > 12 else 1, loc="center left", bbox_to_anchor=(1.01, 0.5),
+                    title=f"{missing} recorded run(s)\nwithout a per-epoch history" if missing else None,
+                    title_fontsize=7)  # beside the axes: the curves stay visible
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
