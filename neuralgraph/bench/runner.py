@@ -138,7 +138,6 @@ def count_flops(argv: list[str]) -> float:
     Returns:
         The FLOPs per prediction.
     """
-    from neuralgraph.nn.flops import flops_per_prediction
     from neuralgraph.training.cli import run_lightning_cli
 
     if argv[:1] != ["fit"]:
@@ -149,6 +148,21 @@ def count_flops(argv: list[str]) -> float:
         options = options[:at] + options[at + 2:]
     cli = run_lightning_cli(options, run=False)
     cli.datamodule.setup("test")
+    return flops_on_test_batch(cli)
+
+
+def flops_on_test_batch(cli) -> float:
+    """FLOPs per prediction of a CLI's model on its data module's first test batch (the one count
+    :func:`fit_and_record` and :func:`count_flops` share).
+
+    Args:
+        cli: a :class:`~neuralgraph.training.cli.NeuralgraphCLI` whose data module is set up for testing.
+
+    Returns:
+        The FLOPs per prediction.
+    """
+    from neuralgraph.nn.flops import flops_per_prediction
+
     return flops_per_prediction(cli.model.cpu(), next(iter(cli.datamodule.test_dataloader())))
 
 
@@ -168,7 +182,6 @@ def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
 
     from neuralgraph.bench.curves import epoch_history
     from neuralgraph.nn.budget import count_trainable
-    from neuralgraph.nn.flops import flops_per_prediction
     from neuralgraph.training.cli import checkpoint_dir, last_checkpoint, run_lightning_cli
 
     if torch.cuda.is_available():
@@ -177,12 +190,11 @@ def fit_and_record(argv: list[str]) -> tuple[dict[str, float], dict]:
     start = time.perf_counter()
     cli = run_lightning_cli(argv)
     metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items()}
-    batch = next(iter(cli.datamodule.test_dataloader()))
     return metrics, {
         "best_val_loss": float(cli.trainer.checkpoint_callback.best_model_score),
         "parameters": count_trainable(cli.model),
         "hidden_dim": cli.model.metanet.hidden_dim,
-        "flops_per_prediction": flops_per_prediction(cli.model.cpu(), batch),
+        "flops_per_prediction": flops_on_test_batch(cli),
         "epochs": cli.trainer.current_epoch,
         "wall_s": time.perf_counter() - start,
         "resumed": resumed,
