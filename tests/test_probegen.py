@@ -222,6 +222,26 @@ def test_a_training_step_through_the_tasks_moves_the_generator(tiny_inrs, tiny_z
         assert (task.metanet.probes() - before).abs().max() > 0
 
 
+@pytest.mark.parametrize("name", ["probegen", "probe"])
+def test_tasks_read_one_row_per_network_as_the_node_rows_give_it(name, tiny_inrs):
+    """The tasks' prediction from ``network_features`` (no node or edge rows written) equals the readout on
+    the rows ``forward`` returns, in float64."""
+    inrs = InrDataset(tiny_inrs, "train")
+    batch = inrs.batch(range(8))
+    spec = GraphSpec.of(batch.graph, convention=inrs.convention.to_dict())
+    torch.manual_seed(0)
+    task = tasks.InrClassification(metanet=name, metanet_config=SMALL, spec=spec.to_dict(),
+                                   normalize_inputs=False).double()
+    graph = batch.graph.clone()
+    graph.x, graph.edge_attr = graph.x.double(), graph.edge_attr.double()
+    blocks = WeightBlocks.of([w.double() for w in batch.blocks.weights], [b.double() for b in batch.blocks.biases])
+    batch = batch._replace(graph=graph, blocks=blocks)
+    node, edge, context = task.features(batch.graph, batch.blocks, batch.facts)
+    assert edge.shape[0] == batch.graph.num_edges
+    torch.testing.assert_close(task.network_prediction(batch), task.readout(batch.graph, node, edge, context),
+                               rtol=0, atol=1e-12)
+
+
 def test_probes_kept_for_evaluation_follow_their_parameters():
     model = siren_model("probegen")
     encoder = model.encoder

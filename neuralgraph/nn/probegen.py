@@ -536,10 +536,16 @@ class ProbeEncoder(nn.Module):
 class ProbeReadout(nn.Module):
     """The classifier's last linear layer, on each network's features (its nodes' rows, which are all equal).
 
+    Tasks hand it the ``[B, hidden_dim]`` rows of :meth:`Probing.network_features` directly
+    (``per_network``, :meth:`from_network`), which skips the node and edge rows that ``forward`` reads:
+    writing one row per edge is most of a probing step on INR batches (38k rows of 256 for 32 SIRENs).
+
     Args:
         hidden_dim: the features' width.
         out_dim: the outputs.
     """
+
+    per_network = True
 
     def __init__(self, hidden_dim: int, out_dim: int):
         super().__init__()
@@ -553,6 +559,10 @@ class ProbeReadout(nn.Module):
         """``[B, out_dim]``; ``context``: the batch's, built here when not given."""
         context = graph_context(graph, dense=False) if context is None else context
         return self.lin(scatter(node_features, context.batch, 0, context.num_graphs, "mean"))
+
+    def from_network(self, network_features: Tensor) -> Tensor:
+        """``[B, out_dim]`` from each network's ``[B, hidden_dim]`` features."""
+        return self.lin(network_features)
 
 
 class Probing(Metanet):
@@ -625,8 +635,13 @@ class Probing(Metanet):
         """The classifier's ``[B, hidden_dim]`` features of the responses, as the features of every node
         ``[N, hidden_dim]`` and every edge ``[E, hidden_dim]`` of its network."""
         context = self.context(graph) if context is None else context
-        h = self.mlp(self.encoder(graph, context.blocks))
+        h = self.network_features(graph, context)
         return h[context.batch], h[context.batch[graph.edge_index[1]]]
+
+    def network_features(self, graph: Graph, context: GraphContext) -> Tensor:
+        """The classifier's ``[B, hidden_dim]`` features of each network's responses (what ``forward`` repeats
+        over the network's nodes and edges)."""
+        return self.mlp(self.encoder(graph, context.blocks))
 
     def probes(self) -> Tensor:
         """The current probes ``[P, *input_shape]``."""

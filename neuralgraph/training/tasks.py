@@ -162,6 +162,16 @@ class MetanetTask(L.LightningModule):
         node, edge = self.metanet(graph, context)
         return node, edge, context
 
+    def network_prediction(self, batch: MetanetBatch) -> Tensor:
+        """The task's ``readout`` on ``batch``: ``[B, out]``, one row per network. A readout that reads one
+        feature row per network (``per_network``: the probing baselines') gets the metanetwork's
+        ``network_features`` and skips the node and edge rows that repeat them."""
+        context = self.metanet.context(batch.graph, batch.blocks, batch.facts)
+        if getattr(self.readout, "per_network", False):
+            return self.readout.from_network(self.metanet.network_features(batch.graph, context))
+        node, edge = self.metanet(batch.graph, context)
+        return self.readout(batch.graph, node, edge, context)
+
     # -- subclasses -------------------------------------------------------------------------
     def loss_and_outputs(self, batch: MetanetBatch) -> tuple[Tensor, dict[str, Tensor]]:
         raise NotImplementedError
@@ -389,8 +399,7 @@ class InrClassification(MetanetTask):
         self.add_metrics(lambda stage: torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro"))
 
     def loss_and_outputs(self, batch: InrBatch) -> tuple[Tensor, dict[str, Tensor]]:
-        node, edge, context = self.features(batch.graph, batch.blocks, batch.facts)
-        logits = self.readout(batch.graph, node, edge, context)
+        logits = self.network_prediction(batch)
         return nn.functional.cross_entropy(logits, batch.label), {"logits": logits}
 
     def update_metrics(self, stage: str, outputs: dict[str, Tensor], batch: InrBatch) -> None:
@@ -431,8 +440,7 @@ class WeightStatisticRegression(MetanetTask):
         self.add_metrics(lambda stage: torchmetrics.R2Score(num_weight_layers))
 
     def loss_and_outputs(self, batch: MetanetBatch) -> tuple[Tensor, dict[str, Tensor]]:
-        node, edge, context = self.features(batch.graph, batch.blocks, batch.facts)
-        prediction = self.readout(batch.graph, node, edge, context)
+        prediction = self.network_prediction(batch)
         target = layer_norms(batch.graph, batch.blocks)
         if prediction.shape != target.shape:
             raise ValueError(f"num_weight_layers={prediction.shape[1]} but the data has {target.shape[1]} weight layers")
@@ -462,8 +470,7 @@ class GeneralizationPrediction(EpochMetricTask):
             "kendall_tau": torchmetrics.KendallRankCorrCoef(), "r2": torchmetrics.R2Score()}, prefix=f"{stage}/"))
 
     def loss_and_outputs(self, batch: ZooBatch) -> tuple[Tensor, dict[str, Tensor]]:
-        node, edge, context = self.features(batch.graph, batch.blocks, batch.facts)
-        prediction = self.readout(batch.graph, node, edge, context).squeeze(-1)
+        prediction = self.network_prediction(batch).squeeze(-1)
         return nn.functional.mse_loss(prediction, batch.accuracy), {"prediction": prediction}
 
     def update_metrics(self, stage: str, outputs: dict[str, Tensor], batch: ZooBatch) -> None:
