@@ -31,9 +31,9 @@ Protocols (docs/benchmarks.md says why they are sized so):
 * ``probing-full``: the probing baselines on the full data for their reference code's 30 epochs,
   3 seeds: a CPU job (a prediction costs about 0.3 MFLOPs).
 * ``cpu-large``: all 55k/5k/10k INRs for GMN, NG-GNN, ScaleGMN-B and DWS, each for the epochs that
-  the ``cpu`` protocol's time per INR fits in about an hour (:data:`CPU_LARGE_EPOCHS`); on one thread of
-  the 2-core Xeon beside a second run an epoch took GMN 9.7 and NG-GNN 29 minutes, so a run takes about
-  two hours there, without the training augmentation of DWSNets and neural-graphs
+  the ``cpu`` protocol's time per INR fits in about an hour (:data:`CPU_LARGE_EPOCHS`, with the times
+  measured: about two hours a run on one thread of the 2-core Intel Xeon, AVX-512), without the
+  training augmentation of DWSNets and neural-graphs
   (``--data.augmentation``, :mod:`neuralgraph.inr.augment`): on ``cpu-augmented`` it cost GMN 8.6
   points (47.5% against 56.1%, seed 0), a regulariser for a model that had not yet fit its training set
   (training accuracy 42% at epoch 12, below validation's 51%); the anchors use it for 100-200 epochs.
@@ -93,8 +93,8 @@ ORDER = plan_order((*PROBING, *METANETS))
 FULL_DATA = {"limit_train": None, "limit_val": None, "limit_test": None, **DWS_RELEASED}
 #: Epochs of each ``cpu-large`` system: about an hour on 55,000 INRs at the ``cpu`` protocol's minutes per
 #: 60,000 INR-epochs (5,000 x 12), GMN 5.3, NG-GNN 16.3, ScaleGMN 36.4, DWS 84.7 (AMD EPYC, AVX2, 2 threads; the
-#: ``cpu`` table's wall-time column). On one thread of the 2-core Intel Xeon beside a second run they took twice
-#: that: GMN 9.7 and NG-GNN 29 minutes an epoch.
+#: ``cpu`` table's wall-time column). On one thread of the 2-core Intel Xeon (AVX-512/AMX) beside a second run they
+#: took twice that: GMN 9.7 and NG-GNN 29 minutes an epoch.
 CPU_LARGE_EPOCHS = {"gmn": 12, "ng_gnn": 4, "scalegmn_b": 2, "dws": 1}
 
 CPU_DATA = {"limit_train": 5000, "limit_val": 500, "limit_test": 1000, **DWS_RELEASED}
