@@ -55,12 +55,13 @@ from pathlib import Path
 
 import torch
 
-from neuralgraph.bench import Benchmark, Column, Data, main
+from neuralgraph.bench import Benchmark, Data, main
 from neuralgraph.bench.benchmark import write_fit_config
 from neuralgraph.bench.runner import benchmark_configs
 from neuralgraph.bench.machine import cpu_description
 from neuralgraph.bench.published import CIFAR10_GS_TAU
-from neuralgraph.bench.tables import EPOCHS, FLOPS, HIDDEN_DIM, PARAMETERS, SYSTEM, published_column, seeds_column, wall_column
+from neuralgraph.bench.tables import (EPOCHS, FLOPS, HIDDEN_DIM, MACHINE, PARAMETERS, SYSTEM, published_column, seeds_column,
+                                      wall_column)
 from neuralgraph.bench.widths import (BUDGET_TOLERANCE, REFERENCE, budget_options, budget_tolerance, matched_width,
                                        plan_order, readout_parameters)
 from neuralgraph.nn import METANETS
@@ -271,7 +272,7 @@ BENCHMARK = Benchmark(
            "reference, not as a target these numbers should reach."],
     columns=(SYSTEM, seeds_column("Kendall tau", "kendall_tau"), seeds_column("R^2", "r2"),
              published_column("published tau, CIFAR10-GS (other dataset)", CIFAR10_GS_TAU, 2, ".3f"),
-             PARAMETERS, FLOPS, HIDDEN_DIM, EPOCHS, wall_column(), Column("threads", lambda group: group.runs[0]["threads"])),
+             PARAMETERS, FLOPS, HIDDEN_DIM, EPOCHS, wall_column(), MACHINE),
     extra_rows=lambda report: [[f"{name} (every network)", f"not run: {reason}", *[None] * 8]
                                for name, reason in REFUSED.items()],
 )

@@ -40,11 +40,11 @@ from pathlib import Path
 
 import torch
 
-from neuralgraph.bench import Benchmark, Column, Data, main
+from neuralgraph.bench import Benchmark, Data, main
 from neuralgraph.bench.benchmark import write_fit_config
 from neuralgraph.bench.runner import benchmark_configs
 from neuralgraph.bench.machine import cpu_description
-from neuralgraph.bench.tables import EPOCHS, FLOPS, HIDDEN_DIM, PARAMETERS, SYSTEM, seeds_column, wall_column
+from neuralgraph.bench.tables import EPOCHS, FLOPS, HIDDEN_DIM, MACHINE, PARAMETERS, SYSTEM, seeds_column, wall_column
 from neuralgraph.bench.widths import REFERENCE, budget_options, matched_width, plan_order, readout_parameters
 from neuralgraph.nn import METANETS
 
@@ -165,11 +165,6 @@ def training_paragraph(report) -> str:
             f"{cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.")
 
 
-def cpu_threads(group) -> str:
-    cpus = sorted({r["cpu"] for r in group.runs if "cpu" in r}) or ["CPU not recorded"]
-    return f"{' / '.join(cpus)}, {group.runs[0]['threads']}"
-
-
 BENCHMARK = Benchmark(
     name="transformer_zoo", title="Generalization prediction on a transformer zoo", doc=__doc__, script=__file__,
     protocols=PROTOCOLS, systems=tuple(SYSTEMS), configs="transformer_zoo", recorded=("zoo", "batch_size", "trainer"),
@@ -184,7 +179,7 @@ BENCHMARK = Benchmark(
     progress=lambda result: f"Kendall tau {result['kendall_tau']:.3f}, R^2 {result['r2']:.3f}",
     intro=[lambda report: zoo_description(report.data), training_paragraph],
     columns=(SYSTEM, seeds_column("Kendall tau", "kendall_tau"), seeds_column("R^2", "r2"), PARAMETERS, FLOPS, HIDDEN_DIM,
-             EPOCHS, wall_column(), Column("CPU, threads", cpu_threads)),
+             EPOCHS, wall_column(), MACHINE),
 )
 
 if __name__ == "__main__":

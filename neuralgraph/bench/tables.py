@@ -103,7 +103,57 @@ def wall_minutes(group: Group) -> str:
         The cell, one decimal.
     """
     resumed = " (resumed)" if any(r.get("resumed") for r in group.runs) else ""
-    return f"{statistics.mean(r['wall_s'] for r in group.runs) / 60:.1f}{resumed}"
+    by_threads = runs_by_threads(group.runs)
+    if len(by_threads) < 2:
+        return f"{statistics.mean(r['wall_s'] for r in group.runs) / 60:.1f}{resumed}"
+    return "; ".join(f"{statistics.mean(r['wall_s'] for r in runs) / 60:.1f} ({threads_phrase(threads)})"
+                     for threads, runs in by_threads.items()) + resumed
+
+
+def runs_by_threads(runs: Sequence[dict]) -> dict[Optional[int], list[dict]]:
+    """The runs grouped by their recorded torch thread count (None: not recorded), fewest threads first.
+
+    Args:
+        runs: recorded runs.
+
+    Returns:
+        ``{threads: runs}``.
+    """
+    grouped: dict[Optional[int], list[dict]] = {}
+    for run in sorted(runs, key=lambda run: run.get("threads") or 0):
+        grouped.setdefault(run.get("threads"), []).append(run)
+    return grouped
+
+
+def threads_phrase(threads: Optional[int]) -> str:
+    """``1 thread``, ``2 threads``, or ``threads not recorded``.
+
+    Args:
+        threads: a thread count, None when not recorded.
+
+    Returns:
+        The phrase.
+    """
+    return "threads not recorded" if threads is None else f"{threads} thread{'' if threads == 1 else 's'}"
+
+
+def machine_cell(group: Group) -> str:
+    """Where the row's runs ran: each CPU (or GPU) with the thread counts of its runs, ``; ``-joined.
+
+    Args:
+        group: the row's runs.
+
+    Returns:
+        The cell, e.g. ``Intel(R) Xeon(R) Processor, AVX-512 (1, 2 threads)``.
+    """
+    by_cpu: dict[str, set] = {}
+    for run in group.runs:
+        by_cpu.setdefault(run.get("cpu", "CPU not recorded"), set()).add(run.get("threads"))
+    cells = []
+    for cpu, threads in sorted(by_cpu.items()):
+        known = sorted(count for count in threads if count is not None)
+        cells.append(f"{cpu} ({', '.join(map(str, known))} thread{'' if known == [1] else 's'})" if known else cpu)
+    return "; ".join(cells)
 
 
 def peak_memory_mb(group: Group) -> str:
@@ -141,6 +191,7 @@ FLOPS = Column("MFLOPs per prediction", flops_cell)
 HIDDEN_DIM = Column("hidden_dim", lambda group: group.runs[0]["hidden_dim"])
 EPOCHS = Column("epochs", lambda group: group.runs[0]["epochs"])
 PEAK_MEMORY = Column("peak memory (MB)", peak_memory_mb)
+MACHINE = Column("CPU (threads)", machine_cell)
 
 
 def seeds_column(header: str, field: str, scale: float = 1.0, digits: int = 3) -> Column:
