@@ -11,6 +11,7 @@ import yaml
 import fake_fits
 from registry_skips import generated_config
 from neuralgraph.bench import load_script, main
+from neuralgraph.bench.machine import machine_name
 from neuralgraph.bench.widths import REFERENCE
 from neuralgraph.nn import METANETS
 
@@ -88,6 +89,31 @@ def test_a_killed_invocation_keeps_its_finished_runs_and_the_next_one_continues(
     assert calls[-1][calls[-1].index("--data.build") + 1] == "true"  # the INRs are fitted on first use
     assert [(r["arch"], r["seed"]) for r in json.loads(raw.read_text())["runs"]][2:] == [("dws", 0), ("dws", 1)]
     assert smoke(tmp_path) == 0 and len(calls) == 5
+
+
+def test_invocations_side_by_side_keep_each_others_runs(tmp_path, monkeypatch):
+    """Another invocation records dws seed 1 while this one fits gmn seed 0: this one's writes keep that run
+    and it does not fit it again."""
+    calls = []
+    fit = fake_fit(calls)
+    other = {"arch": "dws", "k": 1, "seed": 1, "settings": bench.BENCHMARK.run_settings(bench.PROTOCOLS["smoke"], "dws", 1),
+             "test_accuracy": 0.75, "best_val_loss": 1.0, "parameters": 10, "hidden_dim": 8, "epochs": 1, "wall_s": 1.0,
+             "resumed": False, "peak_rss_mb": 1.0, "peak_cuda_mb": None, "device": "cpu", "threads": 1}
+
+    def fit_while_another_records(command, *args, **kwargs):
+        result = fit(command, *args, **kwargs)
+        if len(calls) == 1:
+            raw = tmp_path / "results" / f"inr_classification_smoke_{machine_name()}.json"
+            raw.write_text(json.dumps({"protocol": "smoke", "runs": [other]}))
+        return result
+
+    monkeypatch.setattr(subprocess, "run", fit_while_another_records)
+    smoke(tmp_path)
+    (raw,) = (tmp_path / "results").glob("inr_classification_smoke_*.json")
+    recorded = {(r["arch"], r["seed"]): r["test_accuracy"] for r in json.loads(raw.read_text())["runs"]}
+    assert set(recorded) == {("gmn", 0), ("gmn", 1), ("dws", 0), ("dws", 1)} and recorded[("dws", 1)] == 0.75
+    assert len(calls) == 3  # gmn 0, gmn 1, dws 0: dws 1 is the other invocation's
+    assert "| dws | 52.50 ± 31.82 (2) |" in raw.with_suffix(".md").read_text()
 
 
 def test_a_recorded_run_made_with_other_settings_is_refused(tmp_path, monkeypatch):

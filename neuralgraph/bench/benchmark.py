@@ -32,7 +32,9 @@ from neuralgraph.bench.runner import (
     count_flops,
     fit_arguments,
     load_runs,
+    merge_recorded,
     recorded,
+    results_lock,
     run_missing,
     select_runs,
     write_atomic,
@@ -321,13 +323,15 @@ def main(benchmark: Benchmark, argv: Optional[list[str]] = None) -> int:
     def save() -> None:
         import torch
 
-        done = {(r["arch"], r["k"], r["seed"]) if benchmark.per_k else (r["arch"], r["seed"]) for r in runs}
-        record = {"protocol": args.protocol, "machine": machine, "cpu": cpu_description(),
-                  "platform": platform.platform(), "torch": torch.__version__, "runs": runs}
-        write_atomic(stem.with_suffix(".json"), json.dumps(record, indent=2))
-        curves = write_curves(benchmark, report, stem.with_name(stem.name + "_curves.png"))
-        write_atomic(stem.with_suffix(".md"), benchmark.table(report, [run for run in plan if run not in done],
-                                                              curves))
+        with results_lock(args.results):
+            merge_recorded(runs, stem.with_suffix(".json"))
+            done = {(r["arch"], r["k"], r["seed"]) if benchmark.per_k else (r["arch"], r["seed"]) for r in runs}
+            record = {"protocol": args.protocol, "machine": machine, "cpu": cpu_description(),
+                      "platform": platform.platform(), "torch": torch.__version__, "runs": runs}
+            write_atomic(stem.with_suffix(".json"), json.dumps(record, indent=2))
+            curves = write_curves(benchmark, report, stem.with_name(stem.name + "_curves.png"))
+            write_atomic(stem.with_suffix(".md"), benchmark.table(report, [run for run in plan if run not in done],
+                                                                  curves))
 
     if args.count_flops:
         count_missing_flops(benchmark, protocol, runs, stem.with_suffix(".json"), data_root)

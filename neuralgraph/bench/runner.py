@@ -16,6 +16,8 @@ has now, so that a rerun of such a results file skips its runs.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -24,7 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 from neuralgraph.bench.machine import cpu_short
 from neuralgraph.commands.configs import BENCHMARKS, SUFFIX
@@ -294,6 +296,39 @@ def load_runs(path: Path) -> list[dict]:
         raise ValueError(f"{path}: not a results file of this benchmark ({err})") from err
 
 
+def merge_recorded(runs: list[dict], path: Path) -> None:
+    """Append to ``runs`` the runs ``path`` records that it lacks (by arch, k and seed).
+
+    Two invocations may fill one results file side by side (other systems or seeds each): each
+    merges what the other recorded before it writes, so neither overwrites the other's runs.
+
+    Args:
+        runs: the recorded runs, appended to.
+        path: the results JSON (none yet: nothing is added).
+    """
+    held = {(run["arch"], run.get("k", 1), run["seed"]) for run in runs}
+    runs.extend(run for run in load_runs(path) if (run["arch"], run.get("k", 1), run["seed"]) not in held)
+
+
+@contextlib.contextmanager
+def results_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on a results folder (``flock`` on the folder itself, released on exit
+    or when the process dies), so one invocation at a time reads, merges and writes its files.
+
+    Args:
+        folder: the results folder.
+
+    Yields:
+        Nothing; the lock is held inside the ``with`` block.
+    """
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
 def recorded(runs: list[dict], arch: str, k: int, seed: int, settings: dict, path: Path,
              recorded_before: Optional[dict] = None) -> bool:
     """Whether ``runs`` holds (arch, k, seed); ValueError naming the field when it ran with other settings.
@@ -355,6 +390,7 @@ def run_missing(label: str, todo: Sequence[tuple[str, int, int]], runs: list[dic
     """
     for arch, k, seed in todo:
         run_label = f"{label} {arch}{f' k={k}' if name_k else ''} seed={seed}"
+        merge_recorded(runs, results)
         if recorded(runs, arch, k, seed, settings(arch, k), results, recorded_before):
             print(f"{run_label}: in {results.name}, skipped", flush=True)
             continue
