@@ -138,7 +138,7 @@ def threads_phrase(threads: Optional[int]) -> str:
 
 
 def machine_cell(group: Group) -> str:
-    """Where the row's runs ran: each CPU (or GPU) with the thread counts of its runs, ``; ``-joined.
+    """Where the row's runs ran: each CPU (or GPU) with the thread counts of its runs, joined by semicolons.
 
     Args:
         group: the row's runs.
