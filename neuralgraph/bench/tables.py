@@ -152,7 +152,8 @@ def machine_cell(group: Group) -> str:
     cells = []
     for cpu, threads in sorted(by_cpu.items()):
         known = sorted(count for count in threads if count is not None)
-        cells.append(f"{cpu} ({', '.join(map(str, known))} thread{'' if known == [1] else 's'})" if known else cpu)
+        counts = [*map(str, known[:-1]), threads_phrase(known[-1])] if known else []
+        cells.append(f"{cpu} ({', '.join(counts)})" if known else cpu)
     return "; ".join(cells)
 
 
