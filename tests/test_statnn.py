@@ -140,3 +140,28 @@ def test_statnn_reads_transformer_graphs_invariantly():
     expected = torch.cat([module.patch.weight.flatten(), module.position.flatten()]).detach()
     torch.testing.assert_close(features[0, 14 * patch_slot:14 * patch_slot + 2],
                                torch.stack([expected.mean(), expected.var()]))
+
+
+def test_general_statistics_read_each_edge_group_to_its_own_width():
+    """The batch's facts give each (edge layer, edge kind) pair's real width (the ViT's patch kernel 49, its
+    positions 1), and padding every edge with more zero columns changes no statistic."""
+    from test_elements import ViT, images, randomized
+
+    from neuralgraph.graph import WEIGHT_EDGE, graph_facts
+    from neuralgraph.graph.schema import POSITION_EDGE
+
+    module = randomized(ViT(dim=12, depth=2, heads=3, mlp_dim=5), seed=3)
+    graph = module_to_graph(module, example_input=images())
+    facts = graph_facts(graph)
+    kinds = facts.max_edge_kind + 1
+    patch_layer = 1  # edges into node layer 2
+    assert facts.edge_group_features[patch_layer * kinds + WEIGHT_EDGE] == module.patch.weight[0].numel()
+    assert facts.edge_group_features[patch_layer * kinds + POSITION_EDGE] == 1
+    assert sum(facts.edge_group_counts) == graph.num_edges
+    encoder = build_metanet("statnn", weight_layers=len(graph.layout) - 1, general=True).double().encoder
+    padded = graph.clone()
+    padded.edge_attr = torch.cat([graph.edge_attr, graph.edge_attr.new_zeros(graph.num_edges, 30)], dim=1)
+    assert graph_facts(padded).edge_group_features == facts.edge_group_features
+    torch.testing.assert_close(encoder.statistics(padded), encoder.statistics(graph), rtol=0, atol=0)
+    index_only = facts._replace(edge_group_counts=None, edge_group_features=None)  # read again from the graph
+    torch.testing.assert_close(encoder.statistics(graph, facts=index_only), encoder.statistics(graph), rtol=0, atol=0)

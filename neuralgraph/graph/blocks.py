@@ -188,7 +188,8 @@ def uniform_widths(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, e
 
 
 class GraphFacts(NamedTuple):
-    """What the index fields of a graph or batch hold, as Python numbers, read once per batch on the CPU.
+    """What the index fields of a graph or batch hold, as Python numbers, read once per batch on the CPU
+    (and, where the builder passes ``edge_attr``, how many of its columns each edge group fills).
 
     The batch builders (``InrDataset.batch``, ``CnnZooDataset.batch``, ``TransformerZooDataset.batch``) read
     them where they build the batch (:func:`graph_facts`), and :func:`~neuralgraph.nn.context.graph_context`
@@ -213,6 +214,11 @@ class GraphFacts(NamedTuple):
         skip_edges: some ``edge_kind`` is not ``WEIGHT_EDGE`` (a residual skip, a shortcut, ...).
         forward_edges: every edge goes to a later node layer than its source's.
         widths: the layout of a one-layout batch stored canonically, else ``None``.
+        edge_group_counts: edges per (edge layer, edge kind) pair, at ``layer * kinds + kind`` (``kinds``:
+            ``max_edge_kind + 1``, 1 without an ``edge_kind`` field); ``None`` when read without ``edge_attr``.
+        edge_group_features: per such pair, its last ``edge_attr`` column holding a nonzero value, plus one (0:
+            none): the pair's real feature width under the padding to the widest kernel (StatNN reads only
+            those columns); ``None`` when read without ``edge_attr``.
     """
 
     num_graphs: int
@@ -229,6 +235,8 @@ class GraphFacts(NamedTuple):
     skip_edges: bool  # some edge_kind is not WEIGHT_EDGE (a residual skip, a shortcut, ...)
     forward_edges: bool  # every edge goes to a later node layer than its source's
     widths: Optional[tuple[int, ...]]  # the layout of a one-layout batch stored canonically, else None
+    edge_group_counts: Optional[tuple[int, ...]] = None  # edges per (edge layer, edge kind) (None: no edge_attr read)
+    edge_group_features: Optional[tuple[int, ...]] = None  # per (edge layer, edge kind), last nonzero column + 1
 
 
 def _largest(values: Optional[Tensor], empty: int = -1) -> Optional[int]:
@@ -238,7 +246,7 @@ def _largest(values: Optional[Tensor], empty: int = -1) -> Optional[int]:
 def index_facts(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge_layer: Tensor, batch: Tensor,
                 num_graphs: int, node_type: Optional[Tensor] = None, edge_kind: Optional[Tensor] = None,
                 activation: Optional[Tensor] = None, layout: Optional[tuple[int, ...]] = None,
-                detect_layout: bool = True) -> GraphFacts:
+                detect_layout: bool = True, edge_attr: Optional[Tensor] = None) -> GraphFacts:
     """The :class:`GraphFacts` of these index fields (moved to the CPU first, the one read of a device's
     tensors); ``layout``: the batch's, when its :class:`WeightBlocks` give it (then taken, not detected).
 
@@ -255,6 +263,8 @@ def index_facts(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge
         layout: the batch's layout from its :class:`WeightBlocks`, if any.
         detect_layout: without ``layout``, detect it (:func:`uniform_widths`); ``False``: leave ``widths``
             ``None`` (a context for the general path only).
+        edge_attr: ``edge_attr`` ``[E, F]``, to read each (edge layer, edge kind) pair's count and real width;
+            ``None``: leave them ``None``.
 
     Returns:
         The batch's :class:`GraphFacts`.
@@ -262,6 +272,15 @@ def index_facts(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge
     node_layer, node_index, edge_index, edge_layer, batch, node_type, edge_kind, activation = (
         None if t is None else t.detach().cpu()
         for t in (node_layer, node_index, edge_index, edge_layer, batch, node_type, edge_kind, activation))
+    group_counts = group_features = None
+    if edge_attr is not None:
+        kinds = 1 if edge_kind is None else _largest(edge_kind) + 1
+        key = edge_layer * kinds + (0 if edge_kind is None else edge_kind.long())  # (edge layer, edge kind)
+        n = _largest(key) + 1
+        attr = edge_attr.detach().cpu()
+        last = torch.where(attr != 0, torch.arange(attr.shape[1]), -1).max(1).values  # [E], -1: all zero
+        group_counts = tuple(torch.bincount(key, minlength=n).tolist())
+        group_features = tuple((key.new_full((n,), -1).scatter_reduce_(0, key, last, "amax") + 1).tolist())
     K = _largest(node_layer) + 1
     node_counts = torch.bincount(node_layer, minlength=K).tolist()
     edge_counts = torch.bincount(edge_layer, minlength=max(K - 1, 0)).tolist()
@@ -278,7 +297,8 @@ def index_facts(node_layer: Tensor, node_index: Tensor, edge_index: Tensor, edge
         largest_group=_largest(groups, 0), max_node_type=_largest(node_type), max_edge_layer=_largest(edge_layer),
         max_edge_kind=_largest(kind), max_activation=_largest(activation),
         skip_edges=kind is not None and bool((kind != WEIGHT_EDGE).any()),
-        forward_edges=bool((node_layer[dst] > node_layer[src]).all()), widths=layout)
+        forward_edges=bool((node_layer[dst] > node_layer[src]).all()), widths=layout,
+        edge_group_counts=group_counts, edge_group_features=group_features)
 
 
 def graph_facts(graph: Graph, layout: Optional[tuple[int, ...]] = None, detect_layout: bool = True) -> GraphFacts:
@@ -296,7 +316,7 @@ def graph_facts(graph: Graph, layout: Optional[tuple[int, ...]] = None, detect_l
     return index_facts(graph.node_layer, graph.node_index, graph.edge_index, graph.edge_layer,
                        node_graph_index(graph), num_graphs(graph), getattr(graph, "node_type", None),
                        getattr(graph, "edge_kind", None), getattr(graph, "activation", None), layout,
-                       detect_layout)
+                       detect_layout, graph.edge_attr)
 
 
 class MetanetBatch(Protocol):

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.utils import scatter
 
-from neuralgraph.graph import EDGE_KINDS, STRUCTURAL_EDGE_KINDS, Graph
+from neuralgraph.graph import STRUCTURAL_EDGE_KINDS, Graph
 from neuralgraph.graph.blocks import GraphFacts, WeightBlocks, graph_facts, node_graph_index, num_graphs
 from neuralgraph.graph.spec import GraphSpec
 from neuralgraph.nn.base import Metanet
@@ -171,9 +171,12 @@ def general_graph_statistics(graph: Graph, weight_layers: int, facts: Optional[G
     ``l + 1``, the statistics of its parameter edges (each group of one kind to its last nonzero
     feature) and of its biases; zeros where a network has no such layer or it has no edges.
 
-    The values outside every group (structural edges, padding, input neurons) go to one extra group,
-    left out at the end, so that every tensor has a size the graph's shape gives: with the batch's
-    ``facts`` (:class:`~neuralgraph.graph.blocks.GraphFacts`, else read here) nothing is read back.
+    The edges are taken by (edge layer, edge kind), each such group's ``edge_attr`` columns up to the
+    batch's widest in it (``facts.edge_group_features``), so the padding to the widest kernel is not
+    sorted (a ViT's 7x7 patch kernel pads every other edge's 1 feature to 49); the values outside every
+    statistic (a network's own padding, input neurons) go to one extra group, left out at the end. Every
+    tensor has a size the batch's ``facts`` (:class:`~neuralgraph.graph.blocks.GraphFacts`, read here when
+    not given or read without ``edge_attr``) give: nothing is read back.
 
     Args:
         graph: general parameter graphs (a ``Data`` or a ``Batch``).
@@ -183,31 +186,37 @@ def general_graph_statistics(graph: Graph, weight_layers: int, facts: Optional[G
     Returns:
         ``[B, 14 * weight_layers]``.
     """
+    if facts is None or facts.edge_group_features is None:
+        facts = graph_facts(graph, detect_layout=False)
     B = num_graphs(graph)
     node_graph = node_graph_index(graph)
-    depth = max((graph_facts(graph) if facts is None else facts).depths, default=0)
+    depth = max(facts.depths, default=0)
     if depth > weight_layers:
         raise ValueError(f"StatNN: built for networks of at most {weight_layers} weight layers, but a graph has "
                          f"{depth}")
     kind = getattr(graph, "edge_kind", None)
     kind = torch.zeros_like(graph.edge_layer) if kind is None else kind
-    keep = torch.ones_like(kind, dtype=torch.bool)
-    for structural in STRUCTURAL_EDGE_KINDS:  # compared with numbers: no tensor copied to the device
-        keep &= kind != structural
-    attr, layer = graph.edge_attr, graph.edge_layer
     outside = B * weight_layers  # the extra group
-    slot = node_graph[graph.edge_index[1]] * weight_layers + layer  # (graph, layer)
-    group = torch.where(keep, slot * len(EDGE_KINDS) + kind, outside * len(EDGE_KINDS))  # (graph, layer, kind)
-    columns = torch.arange(attr.shape[1], device=attr.device)
-    last = torch.where(attr != 0, columns, -1).amax(1)
-    width = scatter(last, group, 0, (outside + 1) * len(EDGE_KINDS), "max") + 1
-    real = (columns < width[group][:, None]) & keep[:, None]
-    slots = torch.where(real, slot[:, None], outside).flatten()
-    weights = group_statistics(attr.flatten(), slots, outside + 1, allow_empty=True)[:outside].view(B, weight_layers, -1)
+    slot = node_graph[graph.edge_index[1]] * weight_layers + graph.edge_layer  # (graph, layer) of each edge
+    kinds = 1 if facts.max_edge_kind is None else facts.max_edge_kind + 1
+    values, slots = [], []
+    by_group = torch.argsort(graph.edge_layer * kinds + kind, stable=True).split(list(facts.edge_group_counts))
+    for key, (edges, features) in enumerate(zip(by_group, facts.edge_group_features)):
+        if key % kinds in STRUCTURAL_EDGE_KINDS or not features or not len(edges):
+            continue
+        attr, edge_slot = graph.edge_attr[edges, :features], slot[edges]
+        columns = torch.arange(features, device=attr.device)
+        last = torch.where(attr != 0, columns, -1).amax(1)
+        width = scatter(last, edge_slot, 0, outside, "max") + 1  # each network's own width in this group
+        values.append(attr.flatten())
+        slots.append(torch.where(columns < width[edge_slot][:, None], edge_slot[:, None], outside).flatten())
+    edge_values = torch.cat(values) if values else graph.edge_attr.new_zeros(0)
+    edge_slots = torch.cat(slots) if slots else slot.new_zeros(0)
+    weights = group_statistics(edge_values, edge_slots, outside + 1, allow_empty=True)[:outside]
     hidden = graph.node_layer > 0
     node_slot = torch.where(hidden, node_graph * weight_layers + graph.node_layer - 1, outside)
     biases = group_statistics(graph.x[:, 0], node_slot, outside + 1, allow_empty=True)[:outside]
-    return torch.cat([weights, biases.view(B, weight_layers, -1)], dim=2).flatten(1)
+    return torch.cat([weights.view(B, weight_layers, -1), biases.view(B, weight_layers, -1)], dim=2).flatten(1)
 
 
 class StatisticsInput(nn.Module):
