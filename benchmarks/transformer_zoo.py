@@ -16,6 +16,8 @@ Each (system, seed) is one ``neuralgraph fit`` of ``GeneralizationPrediction`` (
 accuracy) in a subprocess, tested at its best-validation checkpoint, with the resumable
 bookkeeping of every benchmark (a description that ``neuralgraph.bench.main`` runs): results in
 ``benchmarks/results/transformer_zoo_<protocol>_<machine>.{json,md}``, a rerun skips recorded runs.
+The zoo's bytes depend on the CPU model that trained it, so each run records its ``data_sha256`` and a
+results file holds the runs of one zoo (``--results DIR`` for another's).
 Every system runs at the width whose model (metanetwork + readout) has the parameter count nearest
 GMN's at hidden 64 and 3 layers on the zoo's graphs, within 5%.
 
@@ -66,6 +68,10 @@ PROBING_TASK = {"lr": 3.0e-4, "weight_decay": 0.0, "normalize_inputs": False}
 # predictions stayed near-constant (validation Kendall tau -0.26 after 7 epochs); at 1e-4 it learns
 # (docs/benchmarks.md). Recorded with every run; runs recorded before ran at 1e-3.
 METANET_LR = 1.0e-4
+# the zoo's bytes depend on the CPU model that trained it (rebuilt with the same settings and torch on an AMD
+# EPYC, its epoch-6 test-accuracy quartiles moved from 0.598 / 0.826 / 0.919 to 0.622 / 0.832 / 0.919), so every
+# run records the zoo's data_sha256; the runs recorded before read the zoo built on the Intel Xeon
+UNRECORDED_ZOO = "the zoo built on an Intel Xeon (AVX-512/AMX), recorded before data_sha256"
 ORDER = plan_order(tuple(SYSTEMS))
 RECIPE = "small-transformer-zoo"  # the cpu protocol's zoo, whose networks the configs are matched on
 EPOCHS_CPU = 20  # about 1 min an epoch for GMN on one shared thread (docs/benchmarks.md)
@@ -147,6 +153,13 @@ def prepare_zoo(protocol: dict, zoo: Path) -> Path:
     return zoo
 
 
+def zoo_sha256(zoo: Path) -> str:
+    """The zoo's ``data_sha256``: the sha256 of its shards' sha256s."""
+    from neuralgraph.data.shards import folder_sha256
+
+    return folder_sha256(json.loads((zoo / "manifest.json").read_text()))
+
+
 def zoo_description(zoo: Path) -> str:
     from neuralgraph.data.transformer_zoo import TransformerZooDataset
 
@@ -157,7 +170,8 @@ def zoo_description(zoo: Path) -> str:
     return (f"Zoo `{zoo.name}`: {manifest['networks']:,} ViTs x checkpoints at epochs {manifest['checkpoint_epochs']} "
             f"(trained on the first {manifest['train_size']:,} {manifest['source']} MNIST training images, tested on "
             f"{manifest['test_size']:,}); {sizes['train']}/{sizes['val']}/{sizes['test']} train/val/test entries "
-            "(split by network); test-split accuracy min / quartiles / max " + " / ".join(f"{v:.3f}" for v in q) + ".")
+            "(split by network); test-split accuracy min / quartiles / max " + " / ".join(f"{v:.3f}" for v in q)
+            + f"; data_sha256 {zoo_sha256(zoo)[:12]}.")
 
 
 def training_paragraph(report) -> str:
@@ -176,12 +190,13 @@ def training_paragraph(report) -> str:
 BENCHMARK = Benchmark(
     name="transformer_zoo", title="Generalization prediction on a transformer zoo", doc=__doc__, script=__file__,
     protocols=PROTOCOLS, systems=tuple(SYSTEMS), configs="transformer_zoo", recorded=("zoo", "batch_size", "trainer"),
-    system_settings=lambda system: {} if system in PROBING else {"lr": METANET_LR}, recorded_before={"lr": 1.0e-3},
+    system_settings=lambda system: {} if system in PROBING else {"lr": METANET_LR},
+    recorded_before={"lr": 1.0e-3, "data_sha256": UNRECORDED_ZOO},
     data=Data(option="--zoo",
               default="data/small_transformer_zoo_{protocol}",
               help="zoo folder (default: data/small_transformer_zoo_<protocol>)",
               prepare=lambda protocol, zoo, systems: prepare_zoo(protocol, zoo),
-              fit=lambda settings: {"batch_size": settings["batch_size"]}),
+              fit=lambda settings: {"batch_size": settings["batch_size"]}, fingerprint=zoo_sha256),
     write_configs=write_configs,
     curve=("val/kendall_tau", 1.0),
     result_fields={"kendall_tau": "test/kendall_tau", "r2": "test/r2"},

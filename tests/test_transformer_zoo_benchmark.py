@@ -1,5 +1,6 @@
 """The transformer-zoo generalization benchmark: a real smoke fit of StatNN on a written zoo, the runner's
 bookkeeping on stand-in fits, and its configs at GMN's parameter budget on the zoo's graphs."""
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -80,3 +81,30 @@ def test_configs_are_at_gmns_budget_on_the_zoos_graphs(system):
 def test_the_plan_is_statnn_and_every_metanetwork_reading_general_graphs():
     readers = {name for name, cls in METANETS.items() if cls.reads_general_graphs}
     assert set(bench.ORDER) == readers | {"statnn"} | bench.PROBING and {"gmn", "ng_gnn", "ng_t", "nft"} <= readers
+
+
+def test_runs_on_a_zoo_with_other_bytes_never_join_the_table(smoke_zoo, tmp_path, monkeypatch):
+    """A zoo rebuilt on another CPU model has other bytes (docs/benchmarks.md): its runs need their own table."""
+    calls = []
+    monkeypatch.setattr(subprocess, "run", fake_fits.fake_fit(calls, lambda n: {
+        "kendall_tau": 0.5, "r2": 0.25, "best_val_loss": 1.0, "parameters": 10, "hidden_dim": 8,
+        "epochs": 1, "wall_s": 1.0, "resumed": False, "threads": 1, "peak_rss_mb": 1.0}))
+    assert smoke(tmp_path, smoke_zoo, "--archs", "gmn") == 0
+    (raw,) = (tmp_path / "results").glob("transformer_zoo_smoke_*.json")
+    (run,) = json.loads(raw.read_text())["runs"]
+    sha = bench.zoo_sha256(smoke_zoo)
+    assert run["settings"]["data_sha256"] == sha and f"data_sha256 {sha[:12]}" in raw.with_suffix(".md").read_text()
+    assert Path(calls[0][calls[0].index("--run-one") + 1]).parent.parent.name == sha[:12]  # run folders kept apart
+
+    rebuilt = dataclasses.replace(bench.BENCHMARK, data=dataclasses.replace(bench.BENCHMARK.data,
+                                                                              fingerprint=lambda zoo: "f" * 64))
+    arguments = ["--protocol", "smoke", "--zoo", str(smoke_zoo), "--out", str(tmp_path / "runs"),
+                 "--results", str(tmp_path / "results"), "--archs", "ng_t"]
+    with pytest.raises(ValueError, match=rf"{raw}: its runs read other data \({sha[:80]}\), not .*ffffffffffff"):
+        main(rebuilt, arguments)
+    assert len(calls) == 1
+    # a run recorded before data_sha256 existed read the zoo built on the Intel Xeon: not this one either
+    del run["settings"]["data_sha256"]
+    raw.write_text(json.dumps({**json.loads(raw.read_text()), "runs": [run]}))
+    with pytest.raises(ValueError, match=r"its runs read other data \(the zoo built on an Intel Xeon"):
+        smoke(tmp_path, smoke_zoo, "--archs", "gmn")

@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 from neuralgraph.bench.machine import cpu_description, machine_name
 from neuralgraph.bench.runner import (
     benchmark_configs,
+    check_same_data,
     config_file,
     config_name,
     count_flops,
@@ -58,6 +59,10 @@ class Data:
         fit: ``fit(settings)``, the ``--data.*`` overrides of a run, from its settings.
         build: pass ``--data.build true`` (the MNIST-INR data module fits the INRs the folder lacks,
             on first use).
+        fingerprint: ``fingerprint(prepared)``, a name for the data's bytes (e.g.
+            :func:`~neuralgraph.data.shards.folder_sha256`), recorded with every run as ``data_sha256``
+            and its run folders kept apart by it: a table never mixes runs on different data, such
+            as a zoo rebuilt on another CPU model (None: not recorded).
     """
 
     option: str = "--data-root"
@@ -67,6 +72,7 @@ class Data:
     root: Optional[Callable[[Any, str], Path]] = None
     fit: Callable[[dict], dict] = lambda settings: settings["data"]
     build: bool = False
+    fingerprint: Optional[Callable[[Any], str]] = None
 
     def folder(self, checkout: Path, protocol: str) -> Path:
         default = self.default(protocol) if callable(self.default) else self.default.format(protocol=protocol)
@@ -318,6 +324,13 @@ def main(benchmark: Benchmark, argv: Optional[list[str]] = None) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     stem = args.results / f"{benchmark.name}_{args.protocol}_{machine}"
     runs = load_runs(stem.with_suffix(".json"))
+    out = args.out / args.protocol
+    if benchmark.data.fingerprint is not None:
+        fingerprint = benchmark.data.fingerprint(prepared)
+        check_same_data(runs, fingerprint, folder, stem.with_suffix(".json"), benchmark.recorded_before)
+        for run_settings in settings.values():
+            run_settings["data_sha256"] = fingerprint
+        out = out / fingerprint[:12]
     report = Report(benchmark, args.protocol, machine, runs, systems, prepared)
 
     def save() -> None:
@@ -340,7 +353,7 @@ def main(benchmark: Benchmark, argv: Optional[list[str]] = None) -> int:
         return 0
 
     run_missing(f"[{args.protocol}]", todo, runs, benchmark.result_fields, lambda system, k: settings[system, k],
-                stem.with_suffix(".json"), args.out / args.protocol,
+                stem.with_suffix(".json"), out,
                 lambda system, k, seed, out: benchmark.run_arguments(settings[system, k], seed, data_root(system), out),
                 save, benchmark.progress, name_k=benchmark.per_k, recorded_before=benchmark.recorded_before)
     save()

@@ -329,6 +329,28 @@ def results_lock(folder: Path) -> Iterator[None]:
         os.close(descriptor)
 
 
+def check_same_data(runs: list[dict], fingerprint: str, data: Path, path: Path,
+                    recorded_before: Optional[dict] = None) -> None:
+    """Refuse to add runs on ``data`` to a results file whose runs read other data (their ``data_sha256``).
+
+    Args:
+        runs: the recorded runs.
+        fingerprint: the ``data_sha256`` of ``data``.
+        data: the data folder, named by the error.
+        path: the results file, named by the error.
+        recorded_before: what a run recorded before ``data_sha256`` existed read, or None.
+
+    Raises:
+        ValueError: a recorded run read other data.
+    """
+    read = {run["settings"].get("data_sha256", (recorded_before or {}).get("data_sha256")) for run in runs}
+    read.discard(fingerprint)
+    if read:
+        other = ", ".join(sorted(str(value)[:80] for value in read))
+        raise ValueError(f"{path}: its runs read other data ({other}), not {data} (data_sha256 {fingerprint[:12]}); "
+                         "pass --results DIR for a table of this data")
+
+
 def recorded(runs: list[dict], arch: str, k: int, seed: int, settings: dict, path: Path,
              recorded_before: Optional[dict] = None) -> bool:
     """Whether ``runs`` holds (arch, k, seed); ValueError naming the field when it ran with other settings.

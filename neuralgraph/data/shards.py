@@ -122,6 +122,22 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def folder_sha256(manifest: dict) -> str:
+    """One name for a sharded folder's bytes: the sha256 of its shards' sha256s, in the manifest's order.
+
+    Trained data (a zoo, fitted INRs) is byte-identical when rewritten on one CPU, not across CPU
+    models (their kernels round differently and training amplifies it), so benchmarks record this
+    name with every run rather than trusting the folder's settings.
+
+    Args:
+        manifest: the folder's manifest.
+
+    Returns:
+        The sha256, in hexadecimal.
+    """
+    return hashlib.sha256("".join(record["sha256"] for record in manifest["shards"]).encode()).hexdigest()
+
+
 def read_manifest(root: PathLike, folder: FolderFormat) -> dict:
     """The manifest of a dataset folder of kind ``folder``; a clear error when it is missing,
     unreadable, of another format, or when worker records await their merge.
