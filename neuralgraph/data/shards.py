@@ -125,9 +125,9 @@ def sha256_file(path: Path) -> str:
 def folder_sha256(manifest: dict) -> str:
     """One name for a sharded folder's bytes: the sha256 of its shards' sha256s, in the manifest's order.
 
-    Trained data (a zoo, fitted INRs) is byte-identical when rewritten on one CPU, not across CPU
-    models (their kernels round differently and training amplifies it), so benchmarks record this
-    name with every run rather than trusting the folder's settings.
+    Trained data is byte-identical when rewritten on one CPU model, not necessarily across models
+    (the transformer zoo is not: docs/transformer_zoo.md), so benchmarks record this name with every
+    run rather than trusting the folder's settings.
 
     Args:
         manifest: the folder's manifest.
