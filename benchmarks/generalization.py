@@ -18,7 +18,9 @@ A description that ``neuralgraph.bench.main`` runs, with the resumable bookkeepi
 ``benchmarks/results/generalization_<protocol>_<machine>.json`` (temporary file, then rename), the
 markdown beside it is regenerated from it, a rerun skips the runs it holds, a run killed mid-fit
 resumes from its ``last.ckpt``, and a recorded run whose settings differ from the current ones is
-an error naming the field.
+an error naming the field. The zoo's bytes depend on the CPU that trained it (docs/datasets.md), so
+each run records the imported zoo's ``data_sha256`` and a results file holds the runs of one zoo
+(``--results DIR`` for another's).
 
 Systems (:data:`SYSTEMS`), each at the width whose model (metanetwork + readout) has the parameter
 count nearest GMN's at hidden 64 and 3 layers, within the metanetwork's declared ``budget_tolerance`` (``neuralgraph.bench.widths.matched_width``; 5%,
@@ -50,6 +52,7 @@ Protocols:
 from __future__ import annotations
 
 import functools
+import json
 import sys
 from pathlib import Path
 
@@ -92,6 +95,10 @@ REFUSED = {name: "equivariant to one activation's scaling group; the zoo mixes r
 # epoch on one thread) last
 EPOCHS_CPU = 50
 CPU_ORDER = plan_order(tuple(SYSTEMS), lambda system: SYSTEMS[system][0])
+# the zoo's bytes depend on the CPU that trained it (ATen's AVX-512 and AVX2 kernels train other networks from
+# the same seeds: docs/datasets.md), so every run records the zoo's data_sha256; the runs recorded before it
+# existed read the zoo built on the Intel Xeon, the CPU of every one of them
+UNRECORDED_ZOO = "the zoo built on an Intel Xeon (AVX-512/AMX), recorded before data_sha256"
 
 # docs/cnn_zoo.md's CPU-scale zoo of the released recipe
 CPU_ZOO = {"networks": 192, "checkpoint_epochs": [0, 1, 2, 3, 20], "train_size": 60000, "test_size": 10000,
@@ -211,6 +218,14 @@ def prepare_zoo(protocol: dict, zoo: Path, subsets: set) -> dict:
     return folders
 
 
+def zoo_sha256(folders: dict) -> str:
+    """The zoo's ``data_sha256``: the sha256 of the shards' sha256s of its import of every network (the
+    other imports are subsets of the same networks)."""
+    from neuralgraph.data.shards import folder_sha256
+
+    return folder_sha256(json.loads((folders[None] / "manifest.json").read_text()))
+
+
 def zoo_description(folders: dict) -> list[str]:
     """Split sizes and the test split's accuracy quartiles of each imported folder."""
     from neuralgraph.data.cnn_zoo import CnnZooDataset
@@ -222,7 +237,8 @@ def zoo_description(folders: dict) -> list[str]:
         q = torch.quantile(accuracy.double(), torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0], dtype=torch.float64)).tolist()
         lines.append(f"* `{folder.name}` ({'every network' if subset is None else f'the {subset} networks'}): "
                      f"{sizes['train']}/{sizes['val']}/{sizes['test']} train/val/test entries (network x checkpoint); "
-                     "test-split accuracy min / quartiles / max " + " / ".join(f"{v:.3f}" for v in q) + ".")
+                     "test-split accuracy min / quartiles / max " + " / ".join(f"{v:.3f}" for v in q)
+                     + (f"; data_sha256 {zoo_sha256(folders)[:12]}." if subset is None else "."))
     return lines
 
 
@@ -256,12 +272,13 @@ BENCHMARK = Benchmark(
     name="generalization", title="Generalization prediction on a Small-CNN-Zoo-format MNIST zoo", doc=__doc__,
     script=__file__, protocols=PROTOCOLS, systems=tuple(SYSTEMS), configs="generalization",
     recorded=("zoo", "steps", "split_by", "batch_size", "trainer"), system_settings=lambda system: {"subset": SYSTEMS[system][2]},
+    recorded_before={"data_sha256": UNRECORDED_ZOO},
     data=Data(option="--zoo",
               default=lambda protocol: "data/small_cnn_zoo_" + ("cpu" if protocol.startswith("cpu") else protocol),
               help="preset zoo folder (default: data/small_cnn_zoo_<protocol>; cpu-wide reads cpu's)",
               prepare=lambda protocol, zoo, systems: prepare_zoo(protocol, zoo, {SYSTEMS[s][2] for s in systems} | {None}),
               root=lambda folders, system: folders[SYSTEMS[system][2]],
-              fit=lambda settings: {"batch_size": settings["batch_size"]}),
+              fit=lambda settings: {"batch_size": settings["batch_size"]}, fingerprint=zoo_sha256),
     write_configs=write_configs,
     curve=("val/kendall_tau", 1.0),
     result_fields={"kendall_tau": "test/kendall_tau", "r2": "test/r2"},

@@ -80,6 +80,27 @@ def test_a_killed_invocation_keeps_its_finished_runs_and_the_next_one_continues(
     assert smoke(tmp_path, smoke_zoo, *selection) == 0 and len(calls) == 5
 
 
+def test_runs_on_a_zoo_with_other_bytes_never_join_the_table(smoke_zoo, tmp_path, monkeypatch):
+    """The CNN zoo trained with ATen's AVX2 kernels has other bytes than with its AVX-512 ones (docs/datasets.md):
+    a run records the imported zoo's data_sha256, and a table of another zoo, or of the runs recorded before the
+    field (the Intel Xeon's zoo), refuses it."""
+    calls = []
+    monkeypatch.setattr(subprocess, "run", fake_fit(calls))
+    assert smoke(tmp_path, smoke_zoo, "--archs", "gmn") == 0
+    (raw,) = (tmp_path / "results").glob("generalization_smoke_*.json")
+    (run,) = json.loads(raw.read_text())["runs"]
+    sha = bench.zoo_sha256({None: smoke_zoo.with_name("zoo-imported")})
+    assert run["settings"]["data_sha256"] == sha and f"data_sha256 {sha[:12]}" in raw.with_suffix(".md").read_text()
+    assert Path(calls[0][calls[0].index("--run-one") + 1]).parent.parent.name == sha[:12]  # run folders kept apart
+
+    del run["settings"]["data_sha256"]
+    raw.write_text(json.dumps({**json.loads(raw.read_text()), "runs": [run]}))
+    with pytest.raises(ValueError, match=rf"{raw}: its runs read other data \(the zoo built on an Intel Xeon .*\), "
+                                         rf"not .* \(data_sha256 {sha[:12]}\)"):
+        smoke(tmp_path, smoke_zoo, "--archs", "nft")
+    assert len(calls) == 1
+
+
 def test_a_recorded_run_made_with_other_settings_is_refused(smoke_zoo, tmp_path, monkeypatch):
     monkeypatch.setattr(subprocess, "run", fake_fit([]))
     smoke(tmp_path, smoke_zoo, "--archs", "gmn")

@@ -108,3 +108,21 @@ def test_runs_on_a_zoo_with_other_bytes_never_join_the_table(smoke_zoo, tmp_path
     raw.write_text(json.dumps({**json.loads(raw.read_text()), "runs": [run]}))
     with pytest.raises(ValueError, match=r"its runs read other data \(the zoo built on an Intel Xeon"):
         smoke(tmp_path, smoke_zoo, "--archs", "gmn")
+
+
+def test_folder_sha256_still_names_the_zoo_a_committed_table_was_measured_on():
+    """A recorded data_sha256 is only worth its definition: the AMD EPYC zoo's two shards (their sha256s as its
+    manifest lists them) give the value its committed table records, and a folder of splits hashes its
+    splits' shards in the manifest's order."""
+    from hashlib import sha256
+
+    from neuralgraph.data.shards import folder_sha256
+
+    shards = ["174b7543d1e132a230f5970e7f5c6a951f3d0f401ea172a6f81051447f163062",
+              "1c27ed99de749c99953a83e694a9dd780b803c3304cc4a623227c8fd42289883"]
+    table = ROOT / "benchmarks" / "results" / "transformer_zoo_epyc-zoo" / "transformer_zoo_cpu_cpu1.json"
+    recorded = {run["settings"]["data_sha256"] for run in json.loads(table.read_text())["runs"]}
+    assert recorded == {folder_sha256({"shards": [{"file": "zoo-0000{i}.safetensors", "sha256": s}
+                                                  for i, s in enumerate(shards)]})}
+    splits = {"splits": {"train": {"shards": [{"sha256": "a"}, {"sha256": "b"}]}, "test": {"shards": [{"sha256": "c"}]}}}
+    assert folder_sha256(splits) == sha256(b"abc").hexdigest()

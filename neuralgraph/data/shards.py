@@ -123,11 +123,13 @@ def sha256_file(path: Path) -> str:
 
 
 def folder_sha256(manifest: dict) -> str:
-    """One name for a sharded folder's bytes: the sha256 of its shards' sha256s, in the manifest's order.
+    """One name for a sharded folder's bytes: the sha256 of its shards' sha256s, in the manifest's order
+    (a folder of splits: each split's shards, in the manifest's order of the splits).
 
-    Trained data is byte-identical when rewritten on one CPU model, not necessarily across models
-    (the transformer zoo is not: docs/transformer_zoo.md), so benchmarks record this name with every
-    run rather than trusting the folder's settings.
+    Trained data is byte-identical when rewritten on one CPU model, not necessarily across models:
+    the transformer and CNN zoos are not (their training runs through ATen's vectorised kernels, which
+    differ between AVX-512 and AVX2; docs/datasets.md), so benchmarks record this name with every run
+    rather than trusting the folder's settings.
 
     Args:
         manifest: the folder's manifest.
@@ -135,7 +137,9 @@ def folder_sha256(manifest: dict) -> str:
     Returns:
         The sha256, in hexadecimal.
     """
-    return hashlib.sha256("".join(record["sha256"] for record in manifest["shards"]).encode()).hexdigest()
+    records = (manifest["shards"] if "shards" in manifest
+               else [record for split in manifest["splits"].values() for record in split["shards"]])
+    return hashlib.sha256("".join(record["sha256"] for record in records).encode()).hexdigest()
 
 
 def read_manifest(root: PathLike, folder: FolderFormat) -> dict:
