@@ -127,9 +127,9 @@ def folder_sha256(manifest: dict) -> str:
     (a folder of splits: each split's shards, in the manifest's order of the splits).
 
     Trained data is byte-identical when rewritten on one CPU model, not necessarily across models:
-    the transformer and CNN zoos are not (their training runs through ATen's vectorised kernels, which
-    differ between AVX-512 and AVX2; docs/datasets.md), so benchmarks record this name with every run
-    rather than trusting the folder's settings.
+    the transformer and CNN zoos are not (their training runs through ATen's and MKL's kernels, which
+    torch picks by the CPU; docs/datasets.md), so benchmarks record this name with every run rather
+    than trusting the folder's settings.
 
     Args:
         manifest: the folder's manifest.
