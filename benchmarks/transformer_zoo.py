@@ -27,6 +27,8 @@ Protocols:
   training images (each its fraction), batch 128, 6 epochs of the recipe's warmup-cosine schedule
   scaled to them, checkpoints after epochs 1, 3, 5 and 6 (the recipe's 1, 50, 75, 100 of 100, scaled);
   the zoo's network-level split (70/15/15%); every system 20 epochs, batch 32, seed 0, then seeds 1-2.
+* ``cpu-lr1e-3``: the ``cpu`` protocol's zoo and training, StatNN and NFT at the task's AdamW 1e-3 instead
+  of 1e-4, seeds 0-2: what one learning rate for every system costs the two that train at 1e-3.
 * ``smoke``: 8 networks on the embedded MNIST subset, width 8, 1 layer, 1 epoch: plumbing only.
 
 Anchor: Transformer-NFN's Small Transformer Zoo (MNIST and AGNews ViT/transformer zoos, their Kendall
@@ -76,13 +78,23 @@ ORDER = plan_order(tuple(SYSTEMS))
 RECIPE = "small-transformer-zoo"  # the cpu protocol's zoo, whose networks the configs are matched on
 EPOCHS_CPU = 20  # about 1 min an epoch for GMN on one shared thread (docs/benchmarks.md)
 
+CPU_ZOO = {"recipe": RECIPE, "networks": 96, "checkpoint_epochs": [1, 3, 5, 6], "train_size": 60000,
+           "test_size": 10000, "batch_size": 128, "shard_size": 48}
 PROTOCOLS = {
     "cpu": {
         "plan": ((ORDER, (0,)), (ORDER, (1, 2))),
-        "zoo": {"recipe": RECIPE, "networks": 96, "checkpoint_epochs": [1, 3, 5, 6], "train_size": 60000,
-                "test_size": 10000, "batch_size": 128, "shard_size": 48},
+        "zoo": CPU_ZOO,
         "trainer": {"max_epochs": EPOCHS_CPU},
         "batch_size": 32,
+    },
+    # the cpu protocol with StatNN and NFT at the task's AdamW 1e-3 instead of 1e-4: what one rate for every
+    # system costs them (the runs at 1e-3 recorded before the protocol, on the Intel Xeon's zoo, hold its name)
+    "cpu-lr1e-3": {
+        "plan": ((("statnn", "nft"), (0, 1, 2)),),
+        "zoo": CPU_ZOO,
+        "trainer": {"max_epochs": EPOCHS_CPU},
+        "batch_size": 32,
+        "system_settings": {"statnn": {"lr": 1.0e-3}, "nft": {"lr": 1.0e-3}},
     },
     "smoke": {
         "plan": ((ORDER, (0,)),),
@@ -183,6 +195,9 @@ def training_paragraph(report) -> str:
             "the probing baselines (probegen, probe) at their reference code's settings instead "
             "(128 probes, a classifier of width 256, Adam at 3e-4, no weight decay), for the same epochs"
             + (f"; this protocol overrides {protocol['metanet_config']}" if "metanet_config" in protocol else "")
+            + ("; this protocol runs " + ", ".join(f"{system} at {settings}" for system, settings
+                                                   in protocol["system_settings"].items())
+               if "system_settings" in protocol else "")
             + f". Each row's CPU (its runs') and threads beside its wall time; this file written on "
             f"{cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.")
 
@@ -190,11 +205,11 @@ def training_paragraph(report) -> str:
 BENCHMARK = Benchmark(
     name="transformer_zoo", title="Generalization prediction on a transformer zoo", doc=__doc__, script=__file__,
     protocols=PROTOCOLS, systems=tuple(SYSTEMS), configs="transformer_zoo", recorded=("zoo", "batch_size", "trainer"),
-    system_settings=lambda system: {} if system in PROBING else {"lr": METANET_LR},
+    system_settings=lambda system: {} if system in PROBING else {"lr": METANET_LR}, task_settings=("lr",),
     recorded_before={"lr": 1.0e-3, "data_sha256": UNRECORDED_ZOO},
     data=Data(option="--zoo",
-              default="data/small_transformer_zoo_{protocol}",
-              help="zoo folder (default: data/small_transformer_zoo_<protocol>)",
+              default=lambda protocol: "data/small_transformer_zoo_" + ("cpu" if protocol.startswith("cpu") else protocol),
+              help="zoo folder (default: data/small_transformer_zoo_<protocol>; cpu-lr1e-3 reads cpu's)",
               prepare=lambda protocol, zoo, systems: prepare_zoo(protocol, zoo),
               fit=lambda settings: {"batch_size": settings["batch_size"]}, fingerprint=zoo_sha256),
     write_configs=write_configs,

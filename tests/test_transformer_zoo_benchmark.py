@@ -126,3 +126,27 @@ def test_folder_sha256_still_names_the_zoo_a_committed_table_was_measured_on():
                                                   for i, s in enumerate(shards)]})}
     splits = {"splits": {"train": {"shards": [{"sha256": "a"}, {"sha256": "b"}]}, "test": {"shards": [{"sha256": "c"}]}}}
     assert folder_sha256(splits) == sha256(b"abc").hexdigest()
+
+
+def test_the_lr1e_3_protocol_runs_statnn_and_nft_at_the_rate_it_records():
+    """A protocol's ``system_settings`` set the recorded learning rate, and ``task_settings`` pass it to the task,
+    so a run's record is what it ran; the runs at 1e-3 made before the protocol are its runs."""
+    from neuralgraph.bench.runner import load_runs, recorded
+
+    def argv(protocol, system):
+        settings = bench.BENCHMARK.run_settings(bench.PROTOCOLS[protocol], system)
+        return settings, bench.BENCHMARK.run_arguments(settings, 0, Path("zoo"), Path("out"))
+
+    settings, arguments = argv("cpu-lr1e-3", "statnn")
+    assert settings["lr"] == 1.0e-3 and arguments[arguments.index("--model.init_args.lr") + 1] == "0.001"
+    settings, arguments = argv("cpu", "statnn")
+    assert settings["lr"] == 1.0e-4 and arguments[arguments.index("--model.init_args.lr") + 1] == "0.0001"
+    settings, arguments = argv("cpu", "probe")
+    assert "lr" not in settings and "--model.init_args.lr" not in arguments  # the config's reference rate
+    assert bench.BENCHMARK.data.folder(ROOT, "cpu-lr1e-3") == ROOT / "data" / "small_transformer_zoo_cpu"
+
+    before = ROOT / "benchmarks" / "results" / "transformer_zoo_cpu-lr1e-3_cpu1.json"
+    runs = load_runs(before)
+    for system, seed in [("statnn", 0), ("nft", 0), ("nft", 1)]:
+        settings = bench.BENCHMARK.run_settings(bench.PROTOCOLS["cpu-lr1e-3"], system)
+        assert recorded(runs, system, 1, seed, settings, before, bench.BENCHMARK.recorded_before)

@@ -122,7 +122,9 @@ class Benchmark:
             (``(systems, ks, seeds)`` with ``per_k``), run in order. The other entries are the
             benchmark's own (what ``recorded`` names is recorded with every run; ``metanet_config``
             overrides the config's; ``system_trainer``, ``{system: trainer options}``, overrides the
-            recorded ``trainer`` for one system, e.g. its epochs in a protocol sized by time).
+            recorded ``trainer`` for one system, e.g. its epochs in a protocol sized by time;
+            ``system_settings``, ``{system: settings}``, overrides ``system_settings(system)``, e.g. a
+            learning rate one protocol measures).
         systems: what ``--archs`` may name.
         result_fields: result field -> the fit's metric (``"test/mse"``; ``"test/psnr?"``: null when
             not logged).
@@ -137,6 +139,8 @@ class Benchmark:
             (shipped as ``benchmarks/<configs>/<system>``, the name its runs record).
         recorded: the protocol entries recorded with every run.
         system_settings: ``system_settings(system)``, settings of a system recorded with its runs.
+        task_settings: the settings passed to the task as ``--model.init_args.<name>`` (so that the
+            value recorded is the value run, whatever the config says).
         settings: ``settings(protocol, system, k)``, what determines a run but its seed (None: the
             system's config, ``recorded`` protocol entries and ``system_settings(system)``).
         arguments: ``arguments(settings, seed, data_root, out)``, a run's ``neuralgraph fit``
@@ -173,6 +177,7 @@ class Benchmark:
     configs: Optional[str] = None
     recorded: Sequence[str] = ("data", "trainer")
     system_settings: Callable[[str], dict] = lambda system: {}
+    task_settings: Sequence[str] = ()
     settings: Optional[Callable[[Mapping[str, Any], str, int], dict]] = None
     arguments: Optional[Callable[[dict, int, Path, Path], list[str]]] = None
     data: Data = INR_DATA
@@ -218,7 +223,8 @@ class Benchmark:
         init_args = yaml.safe_load(path.read_text())["model"]["init_args"]
         settings = {"config": config_name(path, self.checkout), "metanet": init_args["metanet"],
                     "metanet_config": {**init_args["metanet_config"], **protocol.get("metanet_config", {})},
-                    **{key: protocol[key] for key in self.recorded}, **self.system_settings(system)}
+                    **{key: protocol[key] for key in self.recorded}, **self.system_settings(system),
+                    **protocol.get("system_settings", {}).get(system, {})}
         if system in protocol.get("system_trainer", {}):
             settings["trainer"] = {**settings["trainer"], **protocol["system_trainer"][system]}
         return settings
@@ -229,6 +235,7 @@ class Benchmark:
             return self.arguments(settings, seed, data_root, out)
         return fit_arguments(config_file(settings["config"], self.checkout), seed, data_root, out, settings["metanet"],
                              settings["metanet_config"], self.data.fit(settings), settings["trainer"],
+                             model={key: settings[key] for key in self.task_settings if key in settings},
                              build=self.data.build)
 
     def run_name(self, run: tuple) -> str:
