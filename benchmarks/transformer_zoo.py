@@ -195,8 +195,9 @@ def training_paragraph(report) -> str:
             "the probing baselines (probegen, probe) at their reference code's settings instead "
             "(128 probes, a classifier of width 256, Adam at 3e-4, no weight decay), for the same epochs"
             + (f"; this protocol overrides {protocol['metanet_config']}" if "metanet_config" in protocol else "")
-            + ("; this protocol runs " + ", ".join(f"{system} at {settings}" for system, settings
-                                                   in protocol["system_settings"].items())
+            + ("; this protocol runs " + ", ".join(
+                f"{system} at " + ", ".join(f"{name} {value:g}" for name, value in settings.items())
+                for system, settings in protocol["system_settings"].items()) + " instead"
                if "system_settings" in protocol else "")
             + f". Each row's CPU (its runs') and threads beside its wall time; this file written on "
             f"{cpu_description()}, torch {torch.__version__}. Generated from the JSON beside this file.")

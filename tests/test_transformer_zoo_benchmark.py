@@ -4,6 +4,7 @@ import dataclasses
 import json
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -144,6 +145,8 @@ def test_the_lr1e_3_protocol_runs_statnn_and_nft_at_the_rate_it_records():
     settings, arguments = argv("cpu", "probe")
     assert "lr" not in settings and "--model.init_args.lr" not in arguments  # the config's reference rate
     assert bench.BENCHMARK.data.folder(ROOT, "cpu-lr1e-3") == ROOT / "data" / "small_transformer_zoo_cpu"
+    paragraph = bench.training_paragraph(SimpleNamespace(protocol=bench.PROTOCOLS["cpu-lr1e-3"]))
+    assert "this protocol runs statnn at lr 0.001, nft at lr 0.001 instead." in paragraph and "{" not in paragraph
 
     before = ROOT / "benchmarks" / "results" / "transformer_zoo_cpu-lr1e-3_cpu1.json"
     runs = load_runs(before)
