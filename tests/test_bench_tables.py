@@ -24,4 +24,13 @@ def test_wall_minutes_is_one_mean_for_one_thread_count():
 def test_wall_minutes_splits_runs_on_different_thread_counts():
     cell = wall_minutes(group({"threads": 2, "wall_s": 600.0}, {"threads": 1, "wall_s": 900.0},
                               {"threads": 1, "wall_s": 1500.0, "resumed": True}))
-    assert cell == "20.0 (1 thread); 10.0 (2 threads) (resumed)"
+    assert cell == "15.0 (1 thread); 10.0 (2 threads) (seed ? resumed, not in the mean)"
+
+
+def test_a_resumed_run_is_left_out_of_a_mean_of_whole_runs_and_named():
+    cell = wall_minutes(group({"seed": 0, "wall_s": 6000.0}, {"seed": 1, "wall_s": 6120.0},
+                              {"seed": 2, "wall_s": 600.0, "resumed": True}))
+    assert cell == "101.0 (seed 2 resumed, not in the mean)"
+    cell = wall_minutes(group({"seed": 0, "wall_s": 60.0}, {"seed": 2, "wall_s": 6.0, "resumed": True},
+                              {"seed": 1, "wall_s": 6.0, "resumed": True}))
+    assert cell == "1.0 (seeds 1, 2 resumed, not in the mean)"

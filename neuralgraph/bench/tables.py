@@ -94,7 +94,11 @@ def mean_std(values: Sequence[float], digits: int = 3) -> str:
 
 
 def wall_minutes(group: Group) -> str:
-    """Mean wall time per run in minutes, ``(resumed)`` when a run resumed a killed fit.
+    """Mean wall time per run in minutes, over the runs that ran whole when there are any.
+
+    A run that resumed a killed fit timed only its last part, so it is left out of a mean that has
+    whole runs (and named: ``(seed 2 resumed, not in the mean)``); a row whose every run resumed
+    gives their mean, marked ``(resumed)``.
 
     Args:
         group: the row's runs.
@@ -102,12 +106,21 @@ def wall_minutes(group: Group) -> str:
     Returns:
         The cell, one decimal.
     """
-    resumed = " (resumed)" if any(r.get("resumed") for r in group.runs) else ""
-    by_threads = runs_by_threads(group.runs)
+    whole = [run for run in group.runs if not run.get("resumed")]
+    timed = whole or group.runs
+    if not whole:
+        suffix = " (resumed)"
+    elif len(whole) < len(group.runs):
+        seeds = sorted(run.get("seed") for run in group.runs if run.get("resumed"))
+        named = ", ".join("?" if seed is None else str(seed) for seed in seeds)
+        suffix = f" (seed{'s' if len(seeds) > 1 else ''} {named} resumed, not in the mean)"
+    else:
+        suffix = ""
+    by_threads = runs_by_threads(timed)
     if len(by_threads) < 2:
-        return f"{statistics.mean(r['wall_s'] for r in group.runs) / 60:.1f}{resumed}"
+        return f"{statistics.mean(r['wall_s'] for r in timed) / 60:.1f}{suffix}"
     return "; ".join(f"{statistics.mean(r['wall_s'] for r in runs) / 60:.1f} ({threads_phrase(threads)})"
-                     for threads, runs in by_threads.items()) + resumed
+                     for threads, runs in by_threads.items()) + suffix
 
 
 def runs_by_threads(runs: Sequence[dict]) -> dict[Optional[int], list[dict]]:
