@@ -140,6 +140,9 @@ def test_the_lr1e_3_protocol_runs_statnn_and_nft_at_the_rate_it_records():
 
     settings, arguments = argv("cpu-lr1e-3", "statnn")
     assert settings["lr"] == 1.0e-3 and arguments[arguments.index("--model.init_args.lr") + 1] == "0.001"
+    settings, arguments = argv("cpu-lr3e-4", "gmn")
+    assert settings["lr"] == 3.0e-4 and arguments[arguments.index("--model.init_args.lr") + 1] == "0.0003"
+    assert bench.BENCHMARK.data.folder(ROOT, "cpu-lr3e-4") == ROOT / "data" / "small_transformer_zoo_cpu"
     settings, arguments = argv("cpu", "statnn")
     assert settings["lr"] == 1.0e-4 and arguments[arguments.index("--model.init_args.lr") + 1] == "0.0001"
     settings, arguments = argv("cpu", "probe")
