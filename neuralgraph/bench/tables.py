@@ -106,16 +106,13 @@ def wall_minutes(group: Group) -> str:
     Returns:
         The cell, one decimal.
     """
-    whole = [run for run in group.runs if not run.get("resumed")]
-    timed = whole or group.runs
-    if not whole:
-        suffix = " (resumed)"
-    elif len(whole) < len(group.runs):
-        seeds = sorted(run.get("seed") for run in group.runs if run.get("resumed"))
-        named = ", ".join("?" if seed is None else str(seed) for seed in seeds)
-        suffix = f" (seed{'s' if len(seeds) > 1 else ''} {named} resumed, not in the mean)"
-    else:
-        suffix = ""
+    resumed = [run for run in group.runs if run.get("resumed")]
+    timed = [run for run in group.runs if not run.get("resumed")] or resumed
+    suffix = ""
+    if resumed:
+        seeds = ", ".join(str(run.get("seed", "?")) for run in sorted(resumed, key=lambda run: run.get("seed", -1)))
+        suffix = (" (resumed)" if timed is resumed
+                  else f" (seed{'s' if len(resumed) > 1 else ''} {seeds} resumed, not in the mean)")
     by_threads = runs_by_threads(timed)
     if len(by_threads) < 2:
         return f"{statistics.mean(r['wall_s'] for r in timed) / 60:.1f}{suffix}"
